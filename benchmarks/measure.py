@@ -1,0 +1,212 @@
+"""What the benchmarks measure, shared by the runner (`run.py`) and the
+pytest-benchmark suite. Device times come from CUDA events around the launch,
+after warm-up; every figure is the median of several repetitions, and each
+comparison is made against baselines measured in the same process."""
+
+import datetime
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import cuda
+
+import devalloc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kernels import bench as K
+
+BLOCK = 256
+MIXED = 0  # `size` argument meaning "hashed sizes of 4 B - 8 KiB"
+
+
+def environment():
+    device = cuda.get_current_device()
+    import numba_cuda
+
+    return {
+        "gpu": device.name.decode() if isinstance(device.name, bytes) else device.name,
+        "compute_capability": list(device.compute_capability),
+        "driver": _driver_version(),
+        "numba_cuda": numba_cuda.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join(sys.argv),
+    }
+
+
+def _driver_version():
+    try:
+        from numba.cuda.cudadrv.driver import driver
+
+        return ".".join(str(v) for v in driver.get_version())
+    except Exception as error:  # the figure is context, not a result
+        return f"unknown ({error})"
+
+
+def device_ms(launch, reps=7, warmup=2):
+    """Median device time of `launch()` in milliseconds (CUDA events)."""
+    for _ in range(warmup):
+        launch()
+    cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        launch()
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def host_us_per_launch(launch, launches=2000, reps=7):
+    """Median host time of one launch, in microseconds, over batches of `launches`."""
+    for _ in range(50):
+        launch()
+    cuda.synchronize()
+    per_launch = []
+    for _ in range(reps):
+        begin = time.perf_counter()
+        for _ in range(launches):
+            launch()
+        per_launch.append((time.perf_counter() - begin) / launches * 1e6)
+        cuda.synchronize()
+    return statistics.median(per_launch)
+
+
+def grid(threads):
+    return -(-threads // BLOCK), min(threads, BLOCK)
+
+
+# -- the allocators, each as "launch one kernel in which `threads` threads make
+#    `iters` allocations of `size` bytes" ---------------------------------------------
+
+
+def arena_bytes_for(strategy, threads, iters, size):
+    """Room for every allocation of a launch, with headroom for slab tails."""
+    mean = (K.MIXED_MIN + K.MIXED_MAX) // 2 if size == MIXED else size
+    unit = 256 if strategy == "bump" else 16  # bump rounds every request up to `align`
+    need = threads * iters * -(-mean // unit) * unit
+    # Headroom: slabs are sized from capacity / warps, and larger slabs mean
+    # fewer refills (global atomics).
+    return min(need * 3 + (256 << 20), 96 << 30)
+
+
+class ArenaLauncher:
+    def __init__(self, strategy, threads, iters, size):
+        self.arena = devalloc.Arena(
+            arena_bytes_for(strategy, threads, iters, size), strategy=strategy
+        )
+        self.sink = cuda.device_array(threads, np.int64)
+        self.args = (size, iters, self.sink)
+        self.config = grid(threads)
+
+    def __call__(self):
+        K.sustained[self.config](self.arena, *self.args)
+
+    def close(self):
+        self.arena.check()
+        self.arena.close()
+
+
+class NaiveLauncher:
+    def __init__(self, threads, iters, size):
+        self.cursor = cuda.to_device(np.zeros(1, np.int64))
+        self.sink = cuda.device_array(threads, np.int64)
+        self.args = (self.cursor, 1 << 62, size, iters, self.sink)
+        self.config = grid(threads)
+
+    def __call__(self):
+        K.naive_bump[self.config](*self.args)
+
+    def close(self):
+        pass
+
+
+class DeviceMallocLauncher:
+    """CUDA's device malloc (and free), from a CUDA C kernel compiled by CuPy."""
+
+    heap_set = False
+
+    def __init__(self, threads, iters, size):
+        import cupy
+
+        if not DeviceMallocLauncher.heap_set:
+            cupy.cuda.runtime.deviceSetLimit(cupy.cuda.runtime.cudaLimitMallocHeapSize, 16 << 30)
+            DeviceMallocLauncher.heap_set = True
+        self.kernel = cupy.RawKernel(K.DEVICE_MALLOC_SOURCE, "device_malloc")
+        self.sink = cupy.empty(threads, cupy.int64)
+        self.threads, self.iters, self.size = threads, iters, size
+
+    def __call__(self):
+        blocks, block = grid(self.threads)
+        self.kernel(
+            (blocks,), (block,),
+            (np.int32(self.size), np.int32(self.iters), self.sink, np.int32(self.threads)),
+        )  # fmt: skip
+
+    def close(self):
+        pass
+
+
+def launcher(allocator, threads, iters, size):
+    if allocator in devalloc.STRATEGIES:
+        return ArenaLauncher(allocator, threads, iters, size)
+    if allocator == "naive_bump":
+        return NaiveLauncher(threads, iters, size)
+    if allocator == "device_malloc":
+        return DeviceMallocLauncher(threads, iters, size)
+    raise ValueError(allocator)
+
+
+def allocation_rate(allocator, threads, iters, size, reps=7):
+    """Allocations per second and median milliseconds for one configuration."""
+    run = launcher(allocator, threads, iters, size)
+    try:
+        ms = device_ms(run, reps=reps)
+    finally:
+        run.close()
+    return {"median_ms": ms, "allocs_per_s": threads * iters / (ms / 1e3)}
+
+
+def single_shot_ms(threads, reps=15):
+    """The survey's single-shot test: each thread allocates 16 B once and fills
+    it; against the same kernel writing into memory allocated beforehand."""
+    blocks, block = grid(threads)
+    out = cuda.device_array(threads, np.int64)
+    buffer = cuda.device_array(4 * threads, np.uint32)
+    # Room for the slabs of a million threads to hold whole warps' chunks.
+    with devalloc.Arena(threads * 512 + (64 << 20)) as arena:
+        devalloc_ms = device_ms(lambda: K.single_shot[blocks, block](arena, out), reps=reps)
+    pre_ms = device_ms(lambda: K.preallocated[blocks, block](buffer, out), reps=reps)
+    return devalloc_ms, pre_ms
+
+
+def launch_overhead_us():
+    """Host time per launch: a devalloc kernel against the same plain cuda.jit
+    kernel, and that kernel with one more int64 argument (what the arena costs
+    Numba to marshal)."""
+    out = cuda.to_device(np.zeros(1, np.int64))
+    with devalloc.Arena(1 << 20) as arena:
+        dev = host_us_per_launch(lambda: K.launch_only[1, 32](arena, out))
+        arena.check()
+    plain = host_us_per_launch(lambda: K.plain_launch[1, 32](out))
+    scalar = host_us_per_launch(lambda: K.plain_launch_with_scalar[1, 32](12345, out))
+    return dev, plain, scalar
+
+
+def usable_fraction(size, threads=1 << 20, capacity=1 << 30):
+    """Allocate `size` bytes per thread until failure; the fraction of the arena used."""
+    blocks, block = grid(threads)
+    counts = cuda.device_array(threads, np.int64)
+    with devalloc.Arena(capacity) as arena:
+        K.alloc_until_full[blocks, block](arena, size, 1 << 30, counts)
+        try:
+            arena.check()
+        except devalloc.ArenaOverflowError:
+            pass  # expected: the arena was filled
+    return int(counts.copy_to_host().sum()) * size / capacity

@@ -1,0 +1,136 @@
+"""Plots of a results file, for the README. ``python benchmarks/plot.py RESULTS.json``"""
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {
+    "warp_slab": "#1b7837",
+    "bump": "#5aae61",
+    "naive_bump": "#9970ab",
+    "device_malloc": "#d6604d",
+    "devalloc": "#1b7837",
+    "malloc": "#d6604d",
+    "static": "#4393c3",
+}
+LABELS = {
+    "warp_slab": "devalloc warp_slab",
+    "bump": "devalloc bump",
+    "naive_bump": "one atomic per thread",
+    "device_malloc": "CUDA device malloc",
+}
+
+
+def _title(fig, env):
+    fig.suptitle(f"{env['gpu']}, numba-cuda {env['numba_cuda']}, {env['date']}", fontsize=9)
+
+
+def plot_allocators(path):
+    path = Path(path)
+    data = json.loads(path.read_text())
+    results, env = data["results"], data["environment"]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    (sustained, scaling), (oom, launch) = axes
+
+    if "sustained" in results:
+        rows = results["sustained"]
+        sizes = sorted({r["size"] for r in rows})
+        allocators = [a for a in LABELS if any(r["allocator"] == a for r in rows)]
+        top = max(r["threads"] for r in rows)
+        width = 0.8 / len(allocators)
+        for k, allocator in enumerate(allocators):
+            values = [
+                next((r["allocs_per_s"] for r in rows if r["allocator"] == allocator
+                      and r["size"] == s and r["threads"] == top), 0)
+                for s in sizes
+            ]  # fmt: skip
+            xs = [i + k * width for i in range(len(sizes))]
+            sustained.bar(xs, values, width, label=LABELS[allocator], color=COLORS[allocator])
+        sustained.set_xticks([i + 0.4 - width / 2 for i in range(len(sizes))], sizes)
+        sustained.set_yscale("log")
+        sustained.set_ylabel("allocations / s")
+        sustained.set_title(f"sustained allocation, {top:,} threads")
+        sustained.legend(fontsize=8)
+
+    if "scaling" in results:
+        rows = results["scaling"]
+        for allocator in LABELS:
+            pts = sorted(
+                (r["threads"], r["allocs_per_s"]) for r in rows if r["allocator"] == allocator
+            )
+            if pts:
+                scaling.plot(*zip(*pts), marker="o", ms=3, label=LABELS[allocator],
+                             color=COLORS[allocator])  # fmt: skip
+        scaling.set_xscale("log", base=2)
+        scaling.set_yscale("log")
+        scaling.set_xlabel("threads")
+        scaling.set_ylabel("allocations / s")
+        scaling.set_title("thread scaling, 16 B, 64 allocations per thread")
+        scaling.legend(fontsize=8)
+
+    if "oom" in results:
+        rows = results["oom"]
+        labels = [f"{r['size']}" for r in rows]
+        oom.bar(labels, [100 * r["usable_fraction"] for r in rows], color=COLORS["warp_slab"])
+        oom.axhline(98, color="k", lw=0.8, ls="--", label="target 98%")
+        oom.set_ylim(90, 100.5)
+        oom.set_xlabel("allocation size, bytes")
+        oom.set_ylabel("% of the arena used before failure")
+        oom.set_title("memory efficiency (allocate until full)")
+        oom.legend(fontsize=8)
+
+    if "launch" in results:
+        row = results["launch"][0]
+        launch.bar(["plain cuda.jit", "@devalloc.kernel"], [row["plain_us"], row["devalloc_us"]],
+                   color=[COLORS["static"], COLORS["devalloc"]])  # fmt: skip
+        launch.set_ylabel("host time per launch, us (median)")
+        launch.set_title("launch overhead")
+
+    _title(fig, env)
+    fig.tight_layout()
+    png = path.with_suffix(".allocators.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return [png]
+
+
+def plot_pipeline(path):
+    path = Path(path)
+    data = json.loads(path.read_text())
+    runs = data["results"]
+    sizes = sorted({r["size"] for r in runs}, key=lambda s: int(s.split("x")[0]))
+    modes = ["malloc", "static", "devalloc"]
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.27
+    for k, mode in enumerate(modes):
+        ms = [next((r["median_ms"] for r in runs if r["mode"] == mode and r["size"] == s), 0)
+              for s in sizes]  # fmt: skip
+        mib = [next((r["peak_mib"] for r in runs if r["mode"] == mode and r["size"] == s), 0)
+               for s in sizes]  # fmt: skip
+        xs = [i + k * width for i in range(len(sizes))]
+        speed.bar(xs, ms, width, label=mode, color=COLORS[mode])
+        memory.bar(xs, mib, width, label=mode, color=COLORS[mode])
+    for ax, label in ((speed, "median ms / frame"), (memory, "peak device memory, MiB")):
+        ax.set_xticks([i + width for i in range(len(sizes))], sizes)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    speed.set_title("frame pipeline: time per frame")
+    memory.set_title("frame pipeline: peak device memory")
+    _title(fig, data["environment"])
+    fig.tight_layout()
+    png = path.with_suffix(".png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return [png]
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        kind = plot_pipeline if "pipeline" in name else plot_allocators
+        for png in kind(name):
+            print(png)

@@ -1,0 +1,37 @@
+"""devalloc: fast scratch memory for Numba CUDA kernels, allocated inside the kernel.
+
+One device arena is reserved once; kernels decorated with `kernel` receive it as
+their first argument and call ``arena.alloc(n, dtype)`` to get typed arrays from
+a device-side allocator (an atomic bump pointer plus per-warp slabs). The host
+resets the arena between launches or frames in stream order, without
+synchronizing.
+
+Where things are:
+
+host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, stats,
+               close), memory.py (GPU or simulated bytes), stats.py, errors.py
+device side    allocator.py (bump and warp-slab allocation, block bookkeeping),
+               warp.py (warp primitives), device_memory.py (addresses to arrays)
+Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
+               (the Arena type in GPU kernels), sim_arena.py and simwarp.py (the
+               same in Numba's CUDA simulator)
+shared         layout.py (header words, handle bits, block state)
+"""
+
+from .arena import STRATEGIES, Arena
+from .errors import ArenaClosedError, ArenaOverflowError, DevallocError
+from .launch import Kernel, kernel
+from .stats import ArenaStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STRATEGIES",
+    "Arena",
+    "ArenaClosedError",
+    "ArenaOverflowError",
+    "ArenaStats",
+    "DevallocError",
+    "Kernel",
+    "kernel",
+]

@@ -1,0 +1,127 @@
+"""How device code reaches arena memory by address, on the GPU and in the simulator.
+
+The allocator (`allocator.py`) is written once. It sees the arena's header and
+the host failure record as int64 arrays built from addresses with `array_at`,
+and compiles for the GPU or runs as Python in Numba's simulator depending on
+which world this module selects at import.
+
+On the GPU an address becomes a pointer into the global address space, so NVVM
+emits ``ld.global``/``atom.global`` rather than generic accesses. In the
+simulator, "device memory" is host memory: every simulated arena registers its
+numpy buffer here, and an address is the buffer's real host address.
+"""
+
+import threading
+
+import numpy as np
+from numba import config, cuda
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+__all__ = ["SIMULATOR", "array_at", "device_function", "load_uncached", "reduce_add"]
+
+
+if SIMULATOR:
+    device_function = cuda.jit(device=True)
+
+    _buffers_lock = threading.Lock()
+    _buffers = {}  # base address -> uint8 numpy buffer
+
+    def register_buffer(buffer):
+        with _buffers_lock:
+            _buffers[buffer.ctypes.data] = buffer
+        return buffer.ctypes.data
+
+    def unregister_buffer(buffer):
+        with _buffers_lock:
+            _buffers.pop(buffer.ctypes.data, None)
+
+    def bytes_at(address, nbytes):
+        """The registered simulated device memory [address, address + nbytes)."""
+        with _buffers_lock:
+            for base, buffer in _buffers.items():
+                if base <= address and address + nbytes <= base + buffer.size:
+                    return buffer[address - base : address - base + nbytes]
+        raise RuntimeError(
+            f"simulated device address {address:#x} (+{nbytes} bytes) is not inside "
+            "any live arena; was the arena closed while a kernel used it?"
+        )
+
+    def array_at(address, n):
+        return bytes_at(int(address), int(n) * 8).view(np.int64)
+
+    def load_uncached(array, i):
+        return array[i]
+
+    @device_function
+    def reduce_add(array, i, value):
+        cuda.atomic.add(array, i, value)
+
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+    from numba.cuda.np.numpy_support import carray
+
+    device_function = cuda.jit(device=True, forceinline=True)
+
+    def numba_dtype(dtype):
+        """The Numba scalar type named by a dtype argument typed in a kernel, or None."""
+        if isinstance(dtype, types.NumberClass):
+            return dtype.instance_type
+        if isinstance(dtype, types.DType):
+            return dtype.dtype
+        return None
+
+    @intrinsic
+    def global_pointer(typingctx, address, dtype):
+        """Pointer to `dtype` at a device address, known to NVVM as global memory."""
+        element = numba_dtype(dtype)
+        if not isinstance(address, types.Integer) or element is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            element_ir = context.get_data_type(element)
+            as_global = builder.inttoptr(args[0], element_ir.as_pointer(addrspace=1))
+            return builder.addrspacecast(as_global, element_ir.as_pointer())
+
+        return types.CPointer(element)(address, dtype), codegen
+
+    @cuda.jit(device=True, inline="always")
+    def array_at(address, n):
+        return carray(global_pointer(address, np.int64), n)
+
+    @cuda.jit(device=True, inline="always")
+    def load_uncached(array, i):
+        return cuda.ldcg(array, i)
+
+    @intrinsic
+    def reduce_add(typingctx, array, index, value):
+        """array[index] += value as a fire-and-forget reduction (PTX ``red``): the
+        thread does not wait for it, unlike an atomic whose old value is asked."""
+        if not (
+            isinstance(array, types.Array)
+            and array.dtype == types.int64
+            and isinstance(index, types.Integer)
+            and isinstance(value, types.Integer)
+        ):
+            return None
+
+        def codegen(context, builder, sig, args):
+            aryty = sig.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            i = context.cast(builder, args[1], sig.args[1], types.intp)
+            pointer = cgutils.get_item_pointer(context, builder, aryty, ary, [i])
+            address = builder.ptrtoint(pointer, ir.IntType(64))
+            amount = context.cast(builder, args[2], sig.args[2], types.int64)
+            red = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * 2),
+                "red.add.u64 [$0], $1;",
+                "l,l,~{memory}",
+                side_effect=True,
+            )
+            builder.call(red, [address, amount])
+            return context.get_dummy_value()
+
+        return types.void(array, index, value), codegen

@@ -1,0 +1,261 @@
+"""Numba glue: ``@devalloc.kernel`` and its launches.
+
+The user writes ``def k(arena, ...)``; devalloc compiles it as a device function
+and generates a wrapper kernel around it::
+
+    def k(handle, a, b):                       # handle: one int64 argument
+        state = cuda.shared.array(...)         # the block's slab words and counters
+        hdr = array_at(header address of handle)
+        warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
+        user(make_arena(handle, ...), a, b)    # the user's code, given an ArenaType value
+        leave_block(hdr, state, slot)          # the block's last thread flushes its count
+
+A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
+CUDA call in the steady state), then launches the wrapper like any Numba
+kernel. One wrapper is compiled per (strategy, align) of the arenas it meets.
+"""
+
+import functools
+import inspect
+import math
+from contextlib import contextmanager
+
+from numba import cuda, int64, types
+
+from . import layout as L
+from .allocator import enter_block, leave_block
+from .arena import Arena
+from .device_memory import SIMULATOR, array_at
+
+if SIMULATOR:
+    from .sim_arena import arena_maker
+    from .simwarp import enter_lane, exit_lane
+else:
+    from .numba_arena import ArenaType, arena_maker
+
+__all__ = ["Kernel", "kernel"]
+
+_GPU_WRAPPER = """
+def {name}(handle{params}):
+    state = cuda.shared.array(BLOCK_WORDS, int64)
+    hdr = array_at(handle & ADDRESS_MASK, HEADER_WORDS)
+    slot = handle & SLOT_MASK
+    warp = enter_block(hdr, state, slot)
+    user(make_arena(handle, hdr[CAPACITY], warp, state){params})
+    leave_block(hdr, state, slot)
+"""
+
+_SIM_WRAPPER = """
+def {name}(launch{params}):
+    handle, warps = launch
+    enter_lane(warps)
+    try:
+        state = cuda.shared.array(BLOCK_WORDS, int64)
+        hdr = array_at(handle & ADDRESS_MASK, HEADER_WORDS)
+        slot = handle & SLOT_MASK
+        warp = enter_block(hdr, state, slot)
+        user(make_arena(handle, hdr[CAPACITY], warp, state){params})
+        leave_block(hdr, state, slot)
+    finally:
+        exit_lane()
+"""
+
+# cuda.jit options that also shape the user's function, compiled as a device function.
+_DEVICE_OPTIONS = ("debug", "lineinfo", "fastmath", "opt")
+_MAX_CACHED_LAUNCHERS = 64
+
+
+def _user_parameters(py_func):
+    try:
+        signature = inspect.signature(py_func)
+    except (TypeError, ValueError):
+        raise TypeError(f"@devalloc.kernel needs a Python function (got {py_func!r})") from None
+    params = list(signature.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not params or any(p.kind not in plain or p.default is not p.empty for p in params):
+        raise TypeError(
+            f"@devalloc.kernel: {py_func.__qualname__} must take plain positional "
+            "parameters, the first receiving the arena (got "
+            f"{py_func.__qualname__}{signature})"
+        )
+    return [p.name for p in params[1:]]
+
+
+def _count(dim):
+    return dim if isinstance(dim, int) else math.prod(dim)
+
+
+class Kernel:
+    """A kernel whose first parameter receives an `Arena`. Made by `kernel`."""
+
+    def __init__(self, py_func, options):
+        if options.get("cache"):
+            raise ValueError("@devalloc.kernel does not support cache=True yet")
+        self.py_func = py_func
+        self._options = dict(options)
+        self._params = _user_parameters(py_func)
+        functools.update_wrapper(self, py_func)
+        device_options = {k: v for k, v in options.items() if k in _DEVICE_OPTIONS}
+        if not SIMULATOR:
+            device_options["forceinline"] = True
+        self._user = cuda.jit(device=True, **device_options)(py_func)
+        self._dispatchers = {}  # (strategy, align) -> cuda.jit dispatcher of the wrapper
+        self._launchers = {}
+
+    def __repr__(self):
+        return f"<devalloc.kernel {self.py_func.__qualname__}>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"launch a devalloc kernel with a configuration: "
+            f"{self.__name__}[blocks, threads](arena, ...)"
+        )
+
+    def __getitem__(self, config):
+        launcher = self._launchers.get(config)
+        if launcher is None:
+            if len(self._launchers) >= _MAX_CACHED_LAUNCHERS:
+                self._launchers.clear()
+            launcher = self._launchers[config] = _Launcher(self, config)
+        return launcher
+
+    def wrapper_source(self, strategy="warp_slab", align=256):
+        """The generated wrapper kernel's Python function (for inspection and PTX)."""
+        template = _SIM_WRAPPER if SIMULATOR else _GPU_WRAPPER
+        params = "".join(f", {name}" for name in self._params)
+        source = template.format(name=self.__name__, params=params)
+        make_arena = (
+            arena_maker(strategy, align) if SIMULATOR else arena_maker(ArenaType(strategy, align))
+        )
+        namespace = {
+            "cuda": cuda,
+            "int64": int64,
+            "array_at": array_at,
+            "enter_block": enter_block,
+            "leave_block": leave_block,
+            "make_arena": make_arena,
+            "user": self._user,
+            "BLOCK_WORDS": L.BLOCK_WORDS,
+            "HEADER_WORDS": L.HEADER_WORDS,
+            "ADDRESS_MASK": L.ADDRESS_MASK,
+            "SLOT_MASK": L.SLOT_MASK,
+            "CAPACITY": L.CAPACITY,
+        }
+        if SIMULATOR:
+            namespace.update(enter_lane=enter_lane, exit_lane=exit_lane)
+        filename = f"<devalloc kernel {self.__qualname__} {strategy} align={align}>"
+        exec(compile(source, filename, "exec"), namespace)
+        return namespace[self.__name__]
+
+    def dispatcher(self, strategy, align):
+        key = (strategy, align)
+        dispatcher = self._dispatchers.get(key)
+        if dispatcher is None:
+            dispatcher = cuda.jit(**self._options)(self.wrapper_source(strategy, align))
+            self._dispatchers[key] = dispatcher
+        return dispatcher
+
+    def ptx(self, *argtypes, strategy="warp_slab", align=256, cc=(9, 0)):
+        """PTX of the kernel as launched (wrapper and all) for Numba `argtypes` of
+        the parameters after the arena. Needs no GPU."""
+        if SIMULATOR:
+            raise RuntimeError("PTX cannot be generated under the CUDA simulator")
+        options = {k: v for k, v in self._options.items() if k in _DEVICE_OPTIONS}
+        with compiling_for(cc):
+            ptx, _ = cuda.compile_ptx(
+                self.wrapper_source(strategy, align), (types.int64, *argtypes), cc=cc, **options
+            )
+        return ptx
+
+
+class _Launcher:
+    """``kernel[grid, block(, stream(, sharedmem))]``: callable with the arena first."""
+
+    __slots__ = ("_configured", "_griddim", "_kernel", "_name", "_rest", "_stream", "_warps")
+
+    def __init__(self, kernel, config):
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise ValueError(
+                "a launch configuration is [blocks, threads], [blocks, threads, stream] "
+                f"or [blocks, threads, stream, sharedmem] (got {config!r})"
+            )
+        self._kernel = kernel
+        self._name = kernel.__qualname__
+        self._griddim = config[0]
+        self._rest = config[1:]
+        self._stream = config[2] if len(config) > 2 else 0
+        threads = _count(config[1])
+        self._warps = _count(config[0]) * -(-threads // 32)
+        self._configured = {}
+
+    def __call__(self, arena, *args):
+        try:
+            launch = self._configured[arena._kernel_key]
+        except (AttributeError, KeyError):
+            launch = self._configure(arena)
+        launch(arena._begin_launch(self._name, self._warps, self._stream), *args)
+        arena._end_launch()
+
+    def _configure(self, arena):
+        """The Numba launch of the wrapper compiled for this arena's type."""
+        if not isinstance(arena, Arena):
+            raise TypeError(
+                f"{self._name}: the first argument must be a devalloc.Arena "
+                f"(got {type(arena).__name__})"
+            )
+        dispatcher = self._kernel.dispatcher(*arena._kernel_key)
+        config = (self._griddim, *self._rest)
+        if SIMULATOR:  # the simulator's kernels keep their configuration: set it each time
+
+            def launch(handle, *args):
+                dispatcher[config]((handle, {}), *args)
+
+        else:
+            launch = dispatcher[config]
+        self._configured[arena._kernel_key] = launch
+        return launch
+
+
+def kernel(func=None, **options):
+    """Make `func` a kernel whose first parameter receives an `Arena`.
+
+    Use as ``@devalloc.kernel`` or ``@devalloc.kernel(**cuda_jit_options)``;
+    launch as ``k[blocks, threads](arena, ...)`` or
+    ``k[blocks, threads, stream](arena, ...)``.
+    """
+    if func is None:
+        return lambda f: Kernel(f, options)
+    if not callable(func):
+        raise TypeError(
+            "@devalloc.kernel takes no signature; use @devalloc.kernel or "
+            f"@devalloc.kernel(**cuda_jit_options) (got {func!r})"
+        )
+    return Kernel(func, options)
+
+
+class _StandInDevice:
+    """What numba-cuda's device-function compiler asks the current device for."""
+
+    def __init__(self, cc):
+        self.compute_capability = cc
+
+
+@contextmanager
+def compiling_for(cc):
+    """Compile device functions for compute capability `cc`, with or without a GPU.
+
+    numba-cuda compiles device functions (and the bodies of @overload) through a
+    dispatcher that asks ``get_current_device()`` for the compute capability,
+    which fails on a machine without a GPU. Under this context that one lookup
+    answers `cc`.
+    """
+    from numba.cuda import dispatcher as numba_dispatcher
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        original = numba_dispatcher.get_current_device
+        numba_dispatcher.get_current_device = lambda: _StandInDevice(cc)
+        try:
+            yield
+        finally:
+            numba_dispatcher.get_current_device = original

@@ -1,0 +1,94 @@
+"""Where everything lives: the arena's memory, the launch handle, the block state.
+
+Shared by the host side, the device side and the Numba glue, so each number is
+written down once.
+
+One arena is one device allocation::
+
+    +---------+----------------+----------------------------------------------+
+    | padding | header (256 B) | data region: `capacity` bytes                |
+    +---------+----------------+----------------------------------------------+
+              ^ header         ^ data = header + HEADER_BYTES, a multiple of `align`
+
+The header holds two *slots*. A launch allocates from one slot's cursor; at its
+start, thread 0 folds the other slot (left by an earlier, finished launch) into
+the running totals and zeroes it. Resetting the arena is therefore just the
+host switching slots for the next launch: no memset, no extra CUDA call.
+"""
+
+HEADER_BYTES = 256
+GRANULE = 16  # small allocations are packed on 16-byte granules (CUDA malloc's guarantee)
+
+# -- header words (int64) ---------------------------------------------------------
+SLOT_WORDS = 4
+CURSOR = 0  # bytes taken from the data region by this slot (may pass capacity on failure)
+ALLOCS = 1  # successful allocations
+FAILED = 2  # failed allocations
+ASKED = 3  # largest failed request, bytes
+
+PEAK = 8  # largest `CURSOR` of any folded slot (clamped to capacity)
+TOTAL_ALLOCS = 9
+TOTAL_FAILED = 10
+FAIL_EVENTS = 11  # failures ever recorded; numbers the host failure record
+CAPACITY = 12
+FAIL_RECORD = 13  # device address of the host-mapped failure record
+HEADER_WORDS = 16
+
+
+def slot_base(slot):
+    return slot * SLOT_WORDS
+
+
+# -- host-mapped failure record (int64), written by the device, polled by the host ---
+REC_EVENT = 0  # FAIL_EVENTS value of the latest failure (written last)
+REC_SEQ = 1  # launch sequence number (mod 2**SEQ_BITS) of that failure
+REC_ASKED = 2  # bytes it asked for
+RECORD_WORDS = 4
+
+# -- per-block state (int64, shared memory on the GPU) -----------------------------
+MAX_WARPS = 32  # one slab word per warp of a block of up to 1024 threads
+BLOCK_ALLOCS = 32  # successful allocations of this block, flushed at block exit
+BLOCK_LIVE = 33  # threads of this block still running
+BLOCK_SLAB = 34  # the block's slab, from which its warps' slabs are carved
+BLOCK_WORDS = 35
+
+# A slab word (warp or block): (next free granule) << REM_BITS | (granules left).
+REM_BITS = 24
+REM_MASK = (1 << REM_BITS) - 1
+
+# -- the launch handle: one int64 kernel argument ---------------------------------
+#   bit  0       slot this launch allocates from
+#   bits 1..5    log2(slab bytes)
+#   bits 8..47   header address (256-byte aligned, below 2**48)
+#   bits 48..62  launch sequence number mod 2**15
+SLOT_MASK = 0x1
+SLAB_SHIFT = 1
+SLAB_MASK = 0x1F
+ADDRESS_MASK = ((1 << 48) - 1) & ~0xFF
+SEQ_SHIFT = 48
+SEQ_BITS = 15
+SEQ_MASK = (1 << SEQ_BITS) - 1
+
+
+def pack_handle(header_address, slot, log2_slab, seq):
+    return header_address | slot | (log2_slab << SLAB_SHIFT) | ((seq & SEQ_MASK) << SEQ_SHIFT)
+
+
+# -- slab sizes ----------------------------------------------------------------------
+MIN_LOG2_SLAB = 8  # 256 B
+MAX_LOG2_SLAB = 20  # 1 MiB
+# A lane's request joins its group's chunk up to this size; a larger one gets an
+# atomic of its own (after a check for space). 32 lanes' worth fits the scan fields.
+LANE_CHUNK_MAX = 1 << 20
+SLAB_BUDGET = 16  # a launch's slabs in flight fit 1/8 of the arena (warp and block slabs)
+
+
+def log2_slab_for(capacity, warps, align):
+    """Warp-slab size for a launch (a block slab holds one per warp of the block):
+    large for throughput, small enough that every warp and block of the grid
+    holding a partly used slab wastes at most 2/SLAB_BUDGET of the arena. Never
+    below `align`, so a slab can hold an aligned allocation."""
+    share = capacity // (SLAB_BUDGET * max(warps, 1))
+    log2 = max(share.bit_length() - 1, MIN_LOG2_SLAB)
+    log2 = min(log2, MAX_LOG2_SLAB)
+    return max(log2, align.bit_length() - 1)

@@ -1,0 +1,251 @@
+"""Numba glue (GPU target): the Arena as a first-class type inside kernels.
+
+A kernel never receives the host `Arena` object. `@devalloc.kernel` compiles a
+small wrapper kernel whose first argument is one int64 *handle* (marshalled as
+cheaply as any scalar); the wrapper builds an `ArenaType` value from it and
+hands that to the user's function. This module defines that type, its data
+model, and the methods kernels call on it: ``alloc``, ``offset`` and ``view``.
+
+``ArenaType`` is specialised on the strategy and the alignment, so the
+allocator's branches on them fold away at compile time.
+"""
+
+from llvmlite import ir
+from numba import cuda, types
+from numba.core.errors import TypingError
+from numba.cuda import cgutils
+from numba.cuda.datamodel.models import StructModel
+from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload_method, register_model
+from numba.cuda.np.numpy_support import as_dtype, carray
+
+from . import layout as L
+from .allocator import bump_alloc, request_bytes, slab_alloc
+from .device_memory import array_at, device_function, global_pointer, numba_dtype
+
+__all__ = ["ArenaType", "arena_maker"]
+
+
+class ArenaType(types.Type):
+    """The Numba type of an arena inside a kernel."""
+
+    def __init__(self, strategy, align):
+        self.strategy = strategy
+        self.align = align
+        super().__init__(name=f"Arena(strategy={strategy!r}, align={align})")
+
+
+_MEMBERS = ("header", "data", "capacity", "slot", "seq", "log2_slab", "warp")
+
+
+@register_model(ArenaType)
+class ArenaModel(StructModel):
+    def __init__(self, dmm, fe_type):
+        members = [(name, types.int64) for name in _MEMBERS]
+        members.append(("state", types.CPointer(types.int64)))
+        super().__init__(dmm, fe_type, members)
+
+
+for _name in (*_MEMBERS, "state"):
+    make_attribute_wrapper(ArenaType, _name, "_" + _name)
+
+
+def arena_maker(arena_type):
+    """An intrinsic ``make_arena(handle, capacity, warp, block_state)`` for `arena_type`."""
+
+    @intrinsic
+    def make_arena(typingctx, handle, capacity, warp, state):
+        def codegen(context, builder, sig, args):
+            handle, capacity, warp, state = args
+            i64 = ir.IntType(64)
+
+            def field(shift, mask):
+                return builder.and_(builder.lshr(handle, i64(shift)), i64(mask))
+
+            arena = cgutils.create_struct_proxy(arena_type)(context, builder)
+            arena.header = builder.and_(handle, i64(L.ADDRESS_MASK))
+            arena.data = builder.add(arena.header, i64(L.HEADER_BYTES))
+            arena.capacity = capacity
+            arena.slot = field(0, L.SLOT_MASK)
+            arena.log2_slab = field(L.SLAB_SHIFT, L.SLAB_MASK)
+            arena.seq = field(L.SEQ_SHIFT, L.SEQ_MASK)
+            arena.warp = warp
+            arena.state = context.make_array(sig.args[3])(context, builder, state).data
+            return arena._getvalue()
+
+        sig = arena_type(types.int64, types.int64, types.int64, state)
+        return sig, codegen
+
+    return make_arena
+
+
+@intrinsic
+def array_address(typingctx, array):
+    """The address of an array's first element, as an int64."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.ptrtoint(data, ir.IntType(64))
+
+    return types.int64(array), codegen
+
+
+# -- shapes: an int, or a tuple of ints ------------------------------------------------
+
+_shape_helpers = {}
+
+# The code inlined into kernels below selects with arithmetic and `if` statements,
+# never with conditional expressions or `and`/`or`: on Python 3.12, Numba's
+# lowering of those, feeding an array's shape, makes NVVM 13.0 hang (seen on
+# the H200 with numba-cuda 0.30.4; tests/test_ptx.py guards the allocation path).
+
+
+def shape_helpers(ndim):
+    """(count, dims) for `ndim`-tuples: ``count(shape)`` is the element count, -1 if
+    a dimension is negative, saturated at 2**62 when huge; ``dims(shape, keep)`` is
+    the shape as int64s, all zeros unless `keep`."""
+    if ndim not in _shape_helpers:
+        count = "".join(
+            f"    if shape[{i}] < 0:\n        return -1\n"
+            f"    if n > (1 << 62) // max(shape[{i}], 1):\n        n = 1 << 62\n"
+            f"    else:\n        n = n * shape[{i}]\n"
+            for i in range(ndim)
+        )
+        dims = ", ".join(f"shape[{i}] * keep" for i in range(ndim))
+        source = (
+            f"def count(shape):\n    n = 1\n{count}    return n\n"
+            f"def dims(shape, keep):\n    return ({dims},)\n"
+        )
+        namespace = {}
+        exec(compile(source, f"<devalloc shape helpers, ndim={ndim}>", "exec"), namespace)
+        inline = cuda.jit(device=True, inline="always")
+        _shape_helpers[ndim] = inline(namespace["count"]), inline(namespace["dims"])
+    return _shape_helpers[ndim]
+
+
+def _element(dtype, method):
+    element = numba_dtype(dtype)
+    if element is None or not isinstance(
+        element, (types.Integer, types.Float, types.Complex, types.Boolean)
+    ):
+        raise TypingError(
+            f"arena.{method}: dtype must be a NumPy number or bool type such as "
+            f"np.float32 (got {dtype})"
+        )
+    return as_dtype(element).itemsize
+
+
+def _shape_kind(shape, method):
+    if isinstance(shape, types.Integer):
+        return 0
+    if (
+        isinstance(shape, types.BaseTuple)
+        and len(shape) > 0
+        and all(isinstance(dim, types.Integer) for dim in shape)
+    ):
+        return len(shape)
+    raise TypingError(
+        f"arena.{method}: shape must be an int or a non-empty tuple of ints (got {shape})"
+    )
+
+
+def _allocator(arena):
+    align = arena.align
+    if arena.strategy == "bump":
+
+        def allocate(arena, nbytes):
+            hdr = array_at(arena._header, L.HEADER_WORDS)
+            state = carray(arena._state, L.BLOCK_WORDS)
+            return bump_alloc(hdr, state, arena._slot, arena._seq, arena._capacity, align, nbytes)
+
+    else:
+
+        def allocate(arena, nbytes):
+            hdr = array_at(arena._header, L.HEADER_WORDS)
+            state = carray(arena._state, L.BLOCK_WORDS)
+            return slab_alloc(
+                hdr, state, arena._warp, arena._slot, arena._seq,
+                arena._capacity, align, arena._log2_slab, nbytes,
+            )  # fmt: skip
+
+    return device_function(allocate)
+
+
+_allocators = {}
+
+
+def allocator_for(arena):
+    key = (arena.strategy, arena.align)
+    if key not in _allocators:
+        _allocators[key] = _allocator(arena)
+    return _allocators[key]
+
+
+@overload_method(ArenaType, "alloc", inline="always")
+def arena_alloc(arena, shape, dtype):
+    """A failed allocation is a zero-size array whose offset is -1."""
+    itemsize = _element(dtype, "alloc")
+    ndim = _shape_kind(shape, "alloc")
+    allocate = allocator_for(arena)
+    if ndim == 0:
+
+        def impl(arena, shape, dtype):
+            offset = allocate(arena, request_bytes(shape, itemsize))
+            return carray(global_pointer(arena._data + offset, dtype), shape * (offset >= 0))
+
+        return impl
+
+    count, dims = shape_helpers(ndim)
+
+    def impl(arena, shape, dtype):
+        nbytes = request_bytes(count(shape), itemsize)
+        offset = allocate(arena, nbytes)
+        keep = (offset >= 0) | (nbytes == 0)  # a zero-size request keeps its shape
+        return carray(global_pointer(arena._data + offset, dtype), dims(shape, keep))
+
+    return impl
+
+
+@overload_method(ArenaType, "offset", inline="always")
+def arena_offset(arena, array):
+    if not isinstance(array, types.Array):
+        raise TypingError(f"arena.offset(array): expected an array (got {array})")
+
+    def impl(arena, array):
+        return array_address(array) - arena._data
+
+    return impl
+
+
+@overload_method(ArenaType, "view", inline="always")
+def arena_view(arena, offset, shape, dtype):
+    itemsize = _element(dtype, "view")
+    ndim = _shape_kind(shape, "view")
+    if not isinstance(offset, types.Integer):
+        raise TypingError(f"arena.view: offset must be an int (got {offset})")
+    count, dims = shape_helpers(max(ndim, 1))
+    if ndim == 0:
+
+        def impl(arena, offset, shape, dtype):
+            keep = fits(arena, offset, request_bytes(shape, itemsize), itemsize)
+            return carray(global_pointer(arena._data + offset, dtype), shape * keep)
+
+        return impl
+
+    def impl(arena, offset, shape, dtype):
+        keep = fits(arena, offset, request_bytes(count(shape), itemsize), itemsize)
+        return carray(global_pointer(arena._data + offset, dtype), dims(shape, keep))
+
+    return impl
+
+
+@cuda.jit(device=True, inline="always")
+def fits(arena, offset, nbytes, itemsize):
+    """Whether `nbytes` at `offset` lie inside the arena, aligned for the element."""
+    return (
+        (offset >= 0)
+        & (nbytes >= 0)
+        & (offset % itemsize == 0)
+        & (offset <= arena._capacity - nbytes)
+    )

@@ -1,0 +1,41 @@
+"""`ArenaStats`: what `Arena.stats()` returns."""
+
+from dataclasses import dataclass
+
+__all__ = ["ArenaStats"]
+
+
+@dataclass(frozen=True)
+class ArenaStats:
+    """A snapshot of an arena's counters, read after its launches finished.
+
+    Attributes
+    ----------
+    capacity_bytes : int
+        Size of the data region.
+    current_bytes : int
+        Bytes the live region has taken from the arena (with ``warp_slab``,
+        whole slabs: what a warp has reserved, not only what it handed out).
+    peak_bytes : int
+        Largest ``current_bytes`` since the arena was made or the peak reset.
+    total_allocs : int
+        Successful in-kernel allocations (zero-size requests not counted).
+    failed_allocs : int
+        Allocations that returned a zero-size array for lack of space.
+    resets : int
+        Times the live region was emptied (each launch outside a frame, each
+        frame exit, each explicit `reset`).
+    launches : int
+        Kernel launches on this arena.
+    device_mallocs : int
+        Real device allocations (``cudaMalloc``) made for this arena: 1.
+    """
+
+    capacity_bytes: int
+    current_bytes: int
+    peak_bytes: int
+    total_allocs: int
+    failed_allocs: int
+    resets: int
+    launches: int
+    device_mallocs: int

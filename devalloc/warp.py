@@ -1,0 +1,40 @@
+"""The warp primitives the allocator uses: CUDA's own on the GPU, exact stand-ins in
+the simulator (see `simwarp`), so one allocator source runs in both worlds."""
+
+from numba import cuda
+
+from .device_memory import SIMULATOR, device_function
+
+FULL_MASK = 0xFFFFFFFF
+WARP_SIZE = 32
+
+__all__ = [
+    "FULL_MASK",
+    "WARP_SIZE",
+    "activemask",
+    "ballot_sync",
+    "shfl_sync",
+    "shfl_up_sync",
+]
+
+if SIMULATOR:
+    from .simwarp import activemask, ballot_sync, shfl_sync, shfl_up_sync
+else:
+    # Numba types these only as attributes of the cuda module; thin inlined
+    # device functions give the allocator names it can import.
+
+    @device_function
+    def activemask():
+        return cuda.activemask()
+
+    @device_function
+    def ballot_sync(mask, predicate):
+        return cuda.ballot_sync(mask, predicate)
+
+    @device_function
+    def shfl_sync(mask, value, src_lane):
+        return cuda.shfl_sync(mask, value, src_lane)
+
+    @device_function
+    def shfl_up_sync(mask, value, delta):
+        return cuda.shfl_up_sync(mask, value, delta)

@@ -1,0 +1,555 @@
+"""The frame pipeline: Canny-style edges and per-tile edge-point lists, every frame,
+with three ways of getting the frame's GPU memory.
+
+    python examples/frame_pipeline.py                          # GPU: 1920x1080, all modes
+    python examples/frame_pipeline.py --size 3840x2160 --mode devalloc --out out/
+    python examples/frame_pipeline.py --input clip.mp4         # your video or image folder
+    python examples/frame_pipeline.py --benchmark --out out/   # 1080p and 4K, results file
+
+Modes:
+
+devalloc  the frame's temporaries from one arena, in ``arena.frame()``; each
+          tile's edge-point list is allocated inside the kernel that finds its
+          length. The arena is sized from a measured first frame: its fixed-size
+          buffers exactly, plus 1.5 times the content-dependent lists (doubled
+          should a frame outgrow them), unless --arena-mib gives a size.
+malloc    every temporary from ``cuda.device_array`` each frame; the lists by
+          the classic count pass, copy to host, allocate, second pass.
+static    everything allocated once by hand, the lists for the worst case
+          (every pixel an edge).
+
+All modes compute the same edges, histograms and overlays, and the run checks
+that they do. Without a GPU it runs on Numba's CUDA simulator, on small frames.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+from numba import cuda  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import devalloc  # noqa: E402
+from devalloc.device_memory import SIMULATOR  # noqa: E402
+from kernels import image as K  # noqa: E402
+
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+MODES = ("devalloc", "malloc", "static")
+PIXEL_BLOCK = (8, 8) if SIMULATOR else (16, 16)  # the simulator pays per thread
+TILE_BLOCK = (K.TILE, 8)
+HEADROOM = 1.5
+ALIGN = 256
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
+
+
+# -- frames ----------------------------------------------------------------------------
+
+
+def sample_photo():
+    """A real photograph shipped with scikit-image (RGB, 512 x 512)."""
+    from skimage import data
+
+    return np.ascontiguousarray(data.astronaut())
+
+
+def as_rgb(image):
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = np.stack([image] * 3, axis=-1)
+    if image.dtype != np.uint8:
+        image = (255 * (image / max(image.max(), 1))).astype(np.uint8)
+    return np.ascontiguousarray(image[..., :3])
+
+
+def input_images(path):
+    """Frames of a video file, or the images of a folder in name order."""
+    import imageio.v3 as iio
+
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.iterdir()
+            if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
+        )
+        if not files:
+            raise SystemExit(f"no images in {path}")
+        for name in files:
+            yield as_rgb(iio.imread(name))
+    else:
+        for frame in iio.imiter(path):
+            yield as_rgb(frame)
+
+
+class Camera:
+    """Renders frames on the GPU into one persistent buffer: the sample photo
+    panned and zoomed with sensor noise, or the user's own frames fitted to size."""
+
+    def __init__(self, height, width, source=None):
+        self.rgb = cuda.device_array((height, width, 3), np.uint8)
+        self.grid = (-(-width // PIXEL_BLOCK[0]), -(-height // PIXEL_BLOCK[1]))
+        self.source = iter(input_images(source)) if source else None
+        self.photo = None if source else cuda.to_device(sample_photo())
+
+    def frame(self, index):
+        if self.source is not None:
+            try:
+                self.photo = cuda.to_device(next(self.source))
+            except StopIteration:
+                return False
+            ph, pw = self.photo.shape[:2]
+            center, zoom = (pw / 2, ph / 2), 1.0
+        else:
+            ph, pw = self.photo.shape[:2]
+            phase = index / 24.0
+            center = (pw * (0.5 + 0.18 * np.sin(phase)), ph * (0.5 + 0.12 * np.cos(0.7 * phase)))
+            zoom = 0.55 + 0.25 * (1 + np.sin(0.5 * phase)) / 2
+        K.render[self.grid, PIXEL_BLOCK](self.photo, self.rgb, center[0], center[1], zoom, index)
+        return True
+
+
+# -- the frame's buffers ---------------------------------------------------------------
+
+
+def fixed_buffers(height, width):
+    """The frame's fixed-size temporaries: (name, shape, dtype)."""
+    ty, tx = K.tiles(height, width)
+    pixels = (height, width)
+    return [
+        ("gray", pixels, np.float32),
+        ("blur_x", pixels, np.float32),
+        ("blur", pixels, np.float32),
+        ("magnitude", pixels, np.float32),
+        ("direction", pixels, np.uint8),
+        ("strength", pixels, np.uint8),
+        ("edges", pixels, np.uint8),
+        ("edges_next", pixels, np.uint8),
+        ("table", (ty * tx, 2), np.int64),  # devalloc: each tile's list (offset, length)
+        ("starts", (ty * tx,), np.int64),  # malloc/static: where each tile's list starts
+        ("counts", (ty * tx,), np.int64),
+    ]
+
+
+def layout(buffers):
+    """Offsets of the buffers packed in one block, each 256-byte aligned."""
+    offsets, end = {}, 0
+    for name, shape, dtype in buffers:
+        offsets[name] = end
+        end += -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // ALIGN) * ALIGN
+    return offsets, end
+
+
+def carve(view, buffers):
+    """Device arrays over one block: ``view(offset, shape, dtype)`` makes each."""
+    offsets, _ = layout(buffers)
+    return {name: view(offsets[name], shape, dtype) for name, shape, dtype in buffers}
+
+
+class Outputs:
+    """What each frame leaves for the host, in all modes: histograms and overlay."""
+
+    def __init__(self, height, width):
+        ty, tx = K.tiles(height, width)
+        self.tiles = (tx, ty)
+        self.hist = cuda.device_array((ty * tx, K.BINS), np.int32)
+        self.overlay = cuda.device_array((height, width, 3), np.uint8)
+        self.palette = cuda.to_device(K.PALETTE)
+
+
+def edges_of(camera, buf):
+    """The stages up to the edge map; returns the buffer holding the edges."""
+    grid = camera.grid
+    K.grayscale[grid, PIXEL_BLOCK](camera.rgb, buf["gray"])
+    K.blur_rows[grid, PIXEL_BLOCK](buf["gray"], buf["blur_x"])
+    K.blur_columns[grid, PIXEL_BLOCK](buf["blur_x"], buf["blur"])
+    K.sobel[grid, PIXEL_BLOCK](buf["blur"], buf["magnitude"], buf["direction"])
+    K.suppress[grid, PIXEL_BLOCK](buf["magnitude"], buf["direction"], buf["strength"])
+    src, dst = buf["edges"], buf["edges_next"]
+    K.seed_edges[grid, PIXEL_BLOCK](buf["strength"], src)
+    for _ in range(K.HYSTERESIS_PASSES):
+        K.grow_edges[grid, PIXEL_BLOCK](buf["strength"], src, dst)
+        src, dst = dst, src
+    return src
+
+
+# -- the three modes ---------------------------------------------------------------------
+
+
+class Static:
+    """Everything allocated once; each tile's list has room for a whole tile."""
+
+    name = "static"
+
+    def __init__(self, camera, out, height, width):
+        self.camera, self.out = camera, out
+        buffers = fixed_buffers(height, width)
+        _, nbytes = layout(buffers)
+        self.block = cuda.device_array(nbytes, np.uint8)
+        self.buf = carve(
+            lambda o, s, d: (
+                self.block[o : o + int(np.prod(s)) * np.dtype(d).itemsize].view(d).reshape(s)
+            ),
+            buffers,
+        )
+        tiles = self.buf["starts"].shape[0]
+        self.points = cuda.device_array((tiles * K.TILE * K.TILE, K.POINT), np.int32)
+        self.buf["starts"].copy_to_device(np.arange(tiles, dtype=np.int64) * K.TILE * K.TILE)
+        self.held_bytes = self.block.nbytes + self.points.nbytes
+
+    def process(self):
+        buf, out = self.buf, self.out
+        edges = edges_of(self.camera, buf)
+        K.fill_tiles[out.tiles, TILE_BLOCK](
+            edges, buf["blur"], buf["starts"], buf["counts"], self.points
+        )
+        K.consume_tiles[out.tiles, TILE_BLOCK](
+            self.points,
+            buf["starts"],
+            buf["counts"],
+            self.camera.rgb,
+            out.palette,
+            out.hist,
+            out.overlay,
+        )
+        cuda.synchronize()
+        return edges
+
+
+class Malloc:
+    """Every temporary from cuda.device_array, every frame."""
+
+    name = "malloc"
+
+    def __init__(self, camera, out, height, width):
+        self.camera, self.out = camera, out
+        self.buffers = fixed_buffers(height, width)
+        self.held_bytes = 0
+
+    def process(self):
+        out = self.out
+        buf = {name: cuda.device_array(shape, dtype) for name, shape, dtype in self.buffers}
+        edges = edges_of(self.camera, buf)
+        K.count_tiles[out.tiles, TILE_BLOCK](edges, buf["counts"])
+        counts = buf["counts"].copy_to_host()  # the host must know the lengths
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        buf["starts"] = cuda.to_device(starts)
+        points = cuda.device_array((max(int(counts.sum()), 1), K.POINT), np.int32)
+        K.fill_tiles[out.tiles, TILE_BLOCK](
+            edges, buf["blur"], buf["starts"], buf["counts"], points
+        )
+        K.consume_tiles[out.tiles, TILE_BLOCK](
+            points,
+            buf["starts"],
+            buf["counts"],
+            self.camera.rgb,
+            out.palette,
+            out.hist,
+            out.overlay,
+        )
+        cuda.synchronize()
+        frame_bytes = sum(a.nbytes for a in buf.values()) + points.nbytes
+        self.held_bytes = max(self.held_bytes, frame_bytes)
+        self.last = buf  # keep the edges alive for the caller, as the other modes do
+        return edges
+
+
+class Devalloc:
+    """The frame's temporaries from one arena; the lists allocated in-kernel.
+
+    One thread per tile allocates its list, so there is no group of lanes to
+    batch: the arena uses the bump strategy, whose single atomic is all such an
+    allocation needs and whose use of the arena is exact, which is what lets a
+    measured frame size the arena (warp slabs are sized from the capacity, so
+    their reservations would grow with the arena that is meant to fit them).
+    """
+
+    name = "devalloc"
+    strategy = "bump"
+
+    def __init__(self, camera, out, height, width, arena_bytes=None):
+        self.camera, self.out = camera, out
+        self.buffers = fixed_buffers(height, width)
+        _, self.fixed_bytes = layout(self.buffers)
+        self.where = cuda.to_device(np.full(1, -7, np.int64))
+        if arena_bytes is None:
+            arena_bytes = self.measure_first_frame()
+        self._use(devalloc.Arena(arena_bytes, strategy=self.strategy))
+
+    def measure_first_frame(self):
+        """Run a frame in an arena with room for anything and size the real one
+        from its peak: the fixed-size buffers exactly, plus HEADROOM times the
+        part that depends on the frame's content (the edge-point lists)."""
+        tiles = self.out.tiles[0] * self.out.tiles[1]
+        worst = tiles * (K.TILE * K.TILE * K.POINT * 4 + ALIGN)
+        self._use(devalloc.Arena(self.fixed_bytes + worst + (1 << 20), strategy=self.strategy))
+        self.process()
+        peak = self.arena.stats().peak_bytes
+        self.arena.close()
+        return self.fixed_bytes + int(HEADROOM * max(peak - self.fixed_bytes, 1 << 16))
+
+    def _use(self, arena):
+        self.arena = arena
+        self.held_bytes = arena.capacity
+        self.buf = carve(arena.device_view, self.buffers)
+
+    def process(self):
+        while True:
+            try:
+                return self._frame()
+            except devalloc.ArenaOverflowError as error:  # more edges than planned for
+                lists = error.capacity - self.fixed_bytes
+                tqdm.write(f"the frame's lists outgrew {lists} bytes of arena: doubling that")
+                self.arena.close()
+                self._use(devalloc.Arena(self.fixed_bytes + 2 * lists, strategy=self.strategy))
+
+    def _frame(self):
+        arena, buf, out = self.arena, self.buf, self.out
+        with arena.frame():  # exits after the frame's work is done, then resets
+            # The frame's first allocation: the fixed buffers, at offset 0.
+            K.reserve[1, 1](arena, self.fixed_bytes, self.where)
+            edges = edges_of(self.camera, buf)
+            K.arena_lists[out.tiles, TILE_BLOCK](arena, edges, buf["blur"], buf["table"])
+            K.arena_consume[out.tiles, TILE_BLOCK](
+                arena, buf["table"], self.camera.rgb, out.palette, out.hist, out.overlay
+            )
+        return edges
+
+    def check_reservation(self):
+        where = int(self.where.copy_to_host()[0])
+        if where != 0:
+            raise RuntimeError(f"the frame's fixed buffers landed at offset {where}, not 0")
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+class MallocCounter:
+    """Counts real device allocations (cudaMalloc through Numba) while active."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __enter__(self):
+        if SIMULATOR:  # the simulator has no allocator to watch: count the API calls
+            self.saved = {name: getattr(cuda, name) for name in ("device_array", "to_device")}
+            for name, original in self.saved.items():
+                setattr(cuda, name, self._counted(original))
+        else:
+            self.context = cuda.current_context()
+            original = self.context.memalloc
+            self.context.memalloc = self._counted(original)
+        return self
+
+    def _counted(self, original):
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    def __exit__(self, *exc):
+        if SIMULATOR:
+            for name, original in self.saved.items():
+                setattr(cuda, name, original)
+        else:
+            del self.context.memalloc
+        return False
+
+
+def used_device_bytes():
+    if SIMULATOR:
+        return 0
+    free, total = cuda.current_context().get_memory_info()
+    return total - free
+
+
+def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, overlays):
+    """Run one mode over the frames; returns its row of figures and the kept
+    frames' results. Overlays of the kept frames go to the folder `overlays`."""
+    camera = Camera(height, width, source)
+    out = Outputs(height, width)
+    baseline = used_device_bytes()
+    with MallocCounter() as setup:
+        if mode == "devalloc":
+            pipeline = Devalloc(camera, out, height, width, arena_bytes)
+        else:
+            pipeline = {"static": Static, "malloc": Malloc}[mode](camera, out, height, width)
+    times, mallocs, peak_used, results = [], [], 0, []
+    label = f"{mode:>8} {width}x{height}"
+    for index in tqdm(range(warmup + frames), desc=label, leave=False, disable=None):
+        if not camera.frame(index):
+            break
+        cuda.synchronize()
+        with MallocCounter() as counter:
+            begin = time.perf_counter()
+            edges = pipeline.process()
+            elapsed = time.perf_counter() - begin
+        peak_used = max(peak_used, used_device_bytes() - baseline)
+        if index >= warmup:
+            times.append(elapsed)
+            mallocs.append(counter.calls)
+        if index in keep:
+            results.append(
+                (index, edges.copy_to_host(), out.hist.copy_to_host(), out.overlay.copy_to_host())
+            )
+            if overlays is not None:
+                name = f"overlay-{mode}-{width}x{height}-{index:04d}.png"
+                write_overlay(overlays / name, results[-1][3])
+    if mode == "devalloc":
+        pipeline.check_reservation()
+        pipeline.arena.close()
+    median = statistics.median(times) * 1e3 if times else float("nan")
+    return {
+        "mode": mode,
+        "size": f"{width}x{height}",
+        "frames": len(times),
+        "median_ms": median,
+        "fps": 1e3 / median,
+        "setup_mallocs": setup.calls,
+        "mallocs_per_frame": statistics.median(mallocs) if mallocs else float("nan"),
+        "peak_mib": pipeline.held_bytes / 2**20,
+        "device_used_mib": peak_used / 2**20,
+    }, results
+
+
+def write_overlay(path, overlay):
+    import imageio.v3 as iio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(path, overlay)
+
+
+def compare(all_results):
+    """Every mode's edges, histograms and overlays must equal the first mode's."""
+    (first_mode, reference), *others = all_results.items()
+    for mode, results in others:
+        if len(results) != len(reference):
+            raise SystemExit(f"{mode} checked {len(results)} frames, {first_mode} {len(reference)}")
+        for (index, *mine), (_, *theirs) in zip(results, reference):
+            for what, a, b in zip(("edges", "histograms", "overlay"), mine, theirs):
+                if not np.array_equal(a, b):
+                    raise SystemExit(f"frame {index}: {mode} {what} differ from {first_mode}'s")
+    checked = len(reference)
+    edges = int(sum(r[1].sum() for r in reference))
+    return (
+        f"identical across {', '.join(all_results)} ({checked} frames checked, {edges} edge pixels)"
+    )
+
+
+def print_table(rows):
+    header = ("mode", "size", "ms/frame", "frames/s", "cudaMalloc/frame", "peak MiB")
+    print("\n" + " ".join(f"{h:>{w}}" for h, w in zip(header, (9, 10, 9, 9, 17, 9))))
+    for r in rows:
+        print(
+            f"{r['mode']:>9} {r['size']:>10} {r['median_ms']:9.3f} {r['fps']:9.1f} "
+            f"{r['mallocs_per_frame']:17.0f} {r['peak_mib']:9.2f}"
+        )
+
+
+def parse_size(text):
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected WIDTHxHEIGHT such as 1920x1080 (got {text!r})"
+        ) from None
+    if width < 8 or height < 8:
+        raise argparse.ArgumentTypeError(f"frames must be at least 8x8 (got {text!r})")
+    return width, height
+
+
+def main(argv=None):
+    gpu = not SIMULATOR and cuda.is_available()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=(*MODES, "all"), default="all")
+    parser.add_argument(
+        "--size", type=parse_size, action="append",
+        help="WIDTHxHEIGHT, repeatable (default 1920x1080; 40x20 on the simulator)",
+    )  # fmt: skip
+    parser.add_argument("--frames", type=int, default=None, help="timed frames per mode")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed frames first")
+    parser.add_argument("--input", help="a video file or a folder of images")
+    parser.add_argument("--out", type=Path, help="folder for overlay images and results")
+    parser.add_argument("--arena-mib", type=float, help="arena size; default: measured")
+    parser.add_argument("--benchmark", action="store_true",
+                        help="1920x1080 and 3840x2160, results file in --out")  # fmt: skip
+    args = parser.parse_args(argv)
+
+    if args.benchmark:
+        sizes = [(1920, 1080), (3840, 2160)]
+    else:
+        sizes = args.size or ([(1920, 1080)] if gpu else [(40, 20)])
+    frames = args.frames if args.frames is not None else (100 if gpu else 1)
+    warmup = args.warmup if args.warmup is not None else (3 if gpu else 0)
+    if frames < 1 or warmup < 0:
+        parser.error("--frames must be at least 1 and --warmup at least 0")
+    where = (
+        cuda.get_current_device().name
+        if gpu
+        else "Numba's CUDA simulator (no GPU found): small frames, slow"
+    )
+    if isinstance(where, bytes):
+        where = where.decode()
+    print(f"frame pipeline on {where}")
+    modes = MODES if args.mode == "all" else (args.mode,)
+    arena_bytes = int(args.arena_mib * 2**20) if args.arena_mib else None
+    keep = {warmup, warmup + frames // 2, warmup + frames - 1}
+
+    rows, verdicts = [], []
+    for number, (width, height) in enumerate(sizes):
+        results = {}
+        for mode in modes:
+            # Overlays for every mode, or in a benchmark only the first size's first mode.
+            write = args.out is not None and (not args.benchmark or (number, mode) == (0, modes[0]))
+            row, results[mode] = run_mode(
+                mode, height, width, frames, warmup, args.input, arena_bytes, keep,
+                args.out if write else None,
+            )  # fmt: skip
+            rows.append(row)
+        if len(modes) > 1:
+            verdicts.append(f"{width}x{height}: " + compare(results))
+    print_table(rows)
+    for verdict in verdicts:
+        print("results", verdict)
+
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        record = {"environment": environment(gpu), "results": rows}
+        path = args.out / "pipeline.json"
+        path.write_text(json.dumps(record, indent=1))
+        print(f"wrote {path}")
+        if args.benchmark:
+            sys.path.insert(0, str(ROOT / "benchmarks"))
+            from plot import plot_pipeline
+
+            for png in plot_pipeline(path):
+                print(f"wrote {png}")
+
+
+def environment(gpu):
+    import datetime
+    import platform
+
+    import numba_cuda
+
+    device = cuda.get_current_device().name if gpu else "CUDA simulator"
+    return {
+        "gpu": device.decode() if isinstance(device, bytes) else device,
+        "numba_cuda": numba_cuda.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join(sys.argv),
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Benchmark kernels: the GPU-allocator survey's tests, written for devalloc and for
+each baseline a user would otherwise reach for. Every variant asks for the same
+sizes (`request_size`) and keeps each result live by summing its address, so
+the kernels differ only in how they get memory."""
+
+import numpy as np
+from numba import cuda
+
+import devalloc
+
+MIXED_MIN, MIXED_MAX = 4, 8192  # "random mixed sizes 4 B - 8 KiB", uniform in bytes
+
+
+@cuda.jit(device=True)
+def request_size(size, thread, i):
+    """`size` bytes, or, when `size` is 0, a hashed size in [MIXED_MIN, MIXED_MAX]."""
+    if size != 0:
+        return size
+    x = (thread * 0x9E3779B1 + i * 0x85EBCA6B + 0x165667B1) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+    x ^= x >> 12
+    return MIXED_MIN + x % (MIXED_MAX - MIXED_MIN + 1)
+
+
+# -- devalloc --------------------------------------------------------------------------
+
+
+@devalloc.kernel
+def sustained(arena, size, iters, sink):
+    """Each thread allocates `iters` times in a loop (sustained throughput)."""
+    t = cuda.grid(1)
+    acc = 0
+    for i in range(iters):
+        buf = arena.alloc(request_size(size, t, i), np.uint8)
+        acc += arena.offset(buf)
+    if t < sink.size:
+        sink[t] = acc
+
+
+@devalloc.kernel
+def single_shot(arena, out):
+    """Each thread allocates 16 bytes once and fills them (the survey's test)."""
+    t = cuda.grid(1)
+    buf = arena.alloc(4, np.uint32)
+    for i in range(4):
+        buf[i] = t + i
+    if t < out.size:
+        out[t] = arena.offset(buf)
+
+
+@devalloc.kernel
+def alloc_until_full(arena, size, max_iters, counts):
+    """Each thread allocates `size` bytes until the arena refuses (out-of-memory test)."""
+    t = cuda.grid(1)
+    n = 0
+    for _ in range(max_iters):
+        buf = arena.alloc(size, np.uint8)
+        if buf.size == 0:
+            break
+        buf[0] = 1
+        n += 1
+    if t < counts.size:
+        counts[t] = n
+
+
+@devalloc.kernel
+def launch_only(arena, out):
+    """No allocation: measures what a devalloc launch costs over a plain one."""
+    if cuda.grid(1) == 0:
+        out[0] += 1
+
+
+# -- baselines -------------------------------------------------------------------------
+
+
+@cuda.jit
+def naive_bump(cursor, capacity, size, iters, sink):
+    """One atomic per allocation per thread on one global counter."""
+    t = cuda.grid(1)
+    acc = 0
+    for i in range(iters):
+        n = request_size(size, t, i)
+        offset = cuda.atomic.add(cursor, 0, (n + 15) & -16)
+        if offset + n <= capacity:
+            acc += offset
+    if t < sink.size:
+        sink[t] = acc
+
+
+@cuda.jit
+def preallocated(buffer, out):
+    """`single_shot`'s work with the memory allocated beforehand on the host."""
+    t = cuda.grid(1)
+    if 4 * t + 3 < buffer.size:
+        for i in range(4):
+            buffer[4 * t + i] = t + i
+        out[t] = 16 * t
+
+
+@cuda.jit
+def plain_launch(out):
+    if cuda.grid(1) == 0:
+        out[0] += 1
+
+
+@cuda.jit
+def plain_launch_with_scalar(handle, out):
+    """`plain_launch` with one more int64 argument, as devalloc's wrapper has."""
+    if cuda.grid(1) == 0:
+        out[0] += 1 + handle * 0
+
+
+DEVICE_MALLOC_SOURCE = r"""
+extern "C" __global__ void device_malloc(int size, int iters, long long* sink, int n) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    long long acc = 0;
+    for (int i = 0; i < iters; ++i) {
+        unsigned int x = (unsigned)t * 0x9E3779B1u + (unsigned)i * 0x85EBCA6Bu + 0x165667B1u;
+        x ^= x >> 15; x *= 0x2C1B3C6Du; x ^= x >> 12;
+        int bytes = size != 0 ? size : 4 + (int)(x % 8189u);
+        void* p = malloc(bytes);
+        acc += (long long)p;
+        free(p);
+    }
+    if (t < n) sink[t] = acc;
+}
+"""
+
+
+# Argument types of every kernel above, for compiling them to PTX without a GPU
+# (tests/test_ptx.py). Kernels built with devalloc.kernel list the parameters
+# after the arena.
+def _signatures():
+    from numba import types
+
+    i64 = types.int64
+    ints = types.int64[::1]
+    return {
+        "sustained": (i64, i64, ints),
+        "single_shot": (ints,),
+        "alloc_until_full": (i64, i64, ints),
+        "launch_only": (ints,),
+        "naive_bump": (ints, i64, i64, i64, ints),
+        "preallocated": (types.uint32[::1], ints),
+        "plain_launch": (ints,),
+        "plain_launch_with_scalar": (i64, ints),
+    }
+
+
+PTX_SIGNATURES = _signatures()

@@ -1,0 +1,84 @@
+"""Every example runs, as a user would run it, in a subprocess with small inputs
+(on the simulator without a GPU)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from devalloc.device_memory import SIMULATOR
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPELINE = ROOT / "examples" / "frame_pipeline.py"
+
+
+def run_pipeline(*args, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, str(PIPELINE), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path):
+    import imageio.v3 as iio
+
+    result = run_pipeline(
+        "--size", "36x18", "--frames", "1", "--warmup", "0", "--out", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "identical across devalloc, malloc, static" in result.stdout
+    if SIMULATOR:
+        assert "simulator" in result.stdout  # it says where it runs
+    rows = {
+        row["mode"]: row for row in json.loads((tmp_path / "pipeline.json").read_text())["results"]
+    }
+    assert rows["devalloc"]["mallocs_per_frame"] == 0 == rows["static"]["mallocs_per_frame"]
+    assert rows["malloc"]["mallocs_per_frame"] >= 10
+    overlays = sorted(tmp_path.glob("overlay-*.png"))
+    assert [p.name.split("-")[1] for p in overlays] == ["devalloc", "malloc", "static"]
+    images = [iio.imread(p) for p in overlays]
+    assert images[0].shape == (18, 36, 3) and images[0].dtype == np.uint8
+    assert all(np.array_equal(images[0], image) for image in images[1:])
+    # Edge pixels are painted in full colour over a dimmed frame (at most 255 / 3).
+    assert images[0].max() > 85 and (images[0] <= 85).mean() > 0.5
+
+
+def test_frame_pipeline_reads_a_folder_of_images(tmp_path):
+    import imageio.v3 as iio
+
+    rng = np.random.default_rng(7)
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i in range(2):
+        image = np.zeros((30, 40, 3), np.uint8)
+        image[:, 8 * (i + 1) :] = 200  # an edge that moves
+        image += rng.integers(0, 20, image.shape, dtype=np.uint8)
+        iio.imwrite(frames / f"frame{i}.png", image)
+    out = tmp_path / "out"
+    result = run_pipeline(
+        "--input", str(frames), "--mode", "devalloc", "--size", "32x16",
+        "--frames", "2", "--warmup", "0", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads((out / "pipeline.json").read_text())["results"]
+    assert (row["mode"], row["frames"], row["mallocs_per_frame"]) == ("devalloc", 2, 0)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--size", "5x5"], "at least 8x8"),
+        (["--size", "wide"], "WIDTHxHEIGHT"),
+        (["--mode", "cudaMalloc"], "invalid choice"),
+        (["--frames", "0"], "--frames must be at least 1"),
+    ],
+)
+def test_frame_pipeline_refuses_bad_options(args, message):
+    result = run_pipeline(*args, timeout=120)
+    assert result.returncode == 2
+    assert message in result.stderr

@@ -1,0 +1,176 @@
+"""The warp-slab allocator under divergence, against a reference model, and at
+exhaustion. `strategy="bump"` runs the same checks as the reference."""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import cuda
+
+import devalloc
+from devalloc.device_memory import SIMULATOR
+from helpers import NO_CALL, STRATEGIES, check_allocations, poisoned, run_requests
+from kernels.bench import alloc_until_full
+
+
+@devalloc.kernel
+def branchy(arena, sizes, offsets, lengths):
+    """Lanes 28..31 of each warp exit at once; the others loop 1-3 times and
+    allocate from one of two call sites, chosen per iteration."""
+    t = cuda.grid(1)
+    lane = t % 32
+    if lane >= 28 or t >= sizes.shape[0]:
+        return
+    for j in range(lane % 3 + 1):
+        if (lane + j) % 2 == 0:
+            buf = arena.alloc(sizes[t, j], np.uint8)
+        else:
+            buf = arena.alloc(sizes[t, j] + 300, np.uint8)
+        lengths[t, j] = buf.size
+        offsets[t, j] = arena.offset(buf)
+        for b in range(buf.size):
+            buf[b] = (t * 7 + j * 13 + 1) & 0xFF
+
+
+def branchy_requests(sizes):
+    """What `branchy` asks for, as a request table."""
+    requests = np.full(sizes.shape, NO_CALL, np.int64)
+    for t in range(sizes.shape[0]):
+        lane = t % 32
+        if lane < 28:
+            for j in range(lane % 3 + 1):
+                requests[t, j] = sizes[t, j] + (0 if (lane + j) % 2 == 0 else 300)
+    return requests
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_branches_loops_and_exited_lanes(strategy, rng):
+    sizes = rng.integers(0, 600, size=(96, 3))
+    offsets = poisoned(sizes.shape, np.int64)
+    lengths = poisoned(sizes.shape, np.int64)
+    requests = branchy_requests(sizes)
+    with devalloc.Arena(1 << 20, strategy=strategy) as arena:
+        branchy[2, 48](arena, sizes, offsets, lengths)
+        made = check_allocations(arena, requests, offsets, lengths)
+        assert made == np.count_nonzero(requests > 0)
+        assert arena.stats().total_allocs == made
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_any_subset_of_lanes_and_sizes_spanning_the_paths(strategy, rng):
+    # Per lane: nothing, small (< align), aligned (>= align), or larger than a slab.
+    choices = np.array([NO_CALL, 0, 1, 16, 40, 255, 256, 1000, 4096, 70000])
+    requests = rng.choice(choices, size=(64, 4))
+    with devalloc.Arena(4 << 20, strategy=strategy) as arena:
+        offsets, lengths = run_requests(arena, requests, threads=64)
+        check_allocations(arena, requests, offsets, lengths)
+
+
+lane_requests = st.lists(
+    st.one_of(st.integers(0, 64), st.integers(65, 600), st.integers(601, 5000)),
+    max_size=4,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lanes=st.lists(lane_requests, min_size=1, max_size=40),
+    strategy=st.sampled_from(STRATEGIES),
+)
+def test_random_request_sequences_match_the_reference_model(lanes, strategy):
+    """Reference model: with room for everything, every request is granted,
+    inside the arena, aligned, disjoint, intact; the counts add up."""
+    requests = np.full((len(lanes), 4), NO_CALL, np.int64)
+    for lane, sizes in enumerate(lanes):
+        requests[lane, : len(sizes)] = sizes
+    with devalloc.Arena(1 << 22, strategy=strategy) as arena:
+        offsets, lengths = run_requests(arena, requests, threads=32)
+        made = check_allocations(arena, requests, offsets, lengths)
+        stats = arena.stats()
+    assert made == np.count_nonzero(requests > 0)
+    assert stats.total_allocs == made and stats.failed_allocs == 0
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lanes=st.lists(lane_requests, min_size=8, max_size=40), capacity=st.integers(512, 8192))
+def test_exhaustion_never_breaks_the_invariants(lanes, capacity):
+    requests = np.full((len(lanes), 4), NO_CALL, np.int64)
+    for lane, sizes in enumerate(lanes):
+        requests[lane, : len(sizes)] = sizes
+    with devalloc.Arena(capacity) as arena:
+        offsets, lengths = run_requests(arena, requests, threads=32)
+        made = check_allocations(arena, requests, offsets, lengths, all_succeed=False)
+        failed = np.count_nonzero((requests > 0) & (lengths == 0))
+        if failed:
+            with pytest.raises(devalloc.ArenaOverflowError):
+                arena.check()
+        stats = arena.stats()
+    assert (stats.total_allocs, stats.failed_allocs) == (made, failed)
+
+
+@pytest.mark.parametrize("size", [16, 64, 256, 1024, 8192])
+def test_usable_fraction_when_allocating_until_full(size):
+    """The survey's out-of-memory test, small: every thread allocates `size`
+    bytes until the arena refuses; nearly all of the arena gets used."""
+    capacity = 512 * size
+    counts = poisoned(128, np.int64)
+    with devalloc.Arena(capacity) as arena:  # four warps a block share its slab
+        alloc_until_full[1, 128](arena, size, 1 << 20, counts)
+        with pytest.raises(devalloc.ArenaOverflowError):
+            arena.check()
+    assert counts.sum() * size / capacity >= 0.98
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="slows the refill down in the simulator")
+def test_one_warp_refills_a_dry_block_slab_while_the_others_wait(monkeypatch):
+    """Four warps find their block's slab dry at once. Racing refills would each
+    take a block slab from the arena; exactly as many must be taken as used."""
+    from devalloc import allocator
+
+    take = allocator.take_from_arena
+
+    @cuda.jit(device=True)
+    def slow_take(hdr, slot, capacity, nbytes):
+        got = take(hdr, slot, capacity, nbytes)
+        time.sleep(0.005)  # the other warps run into the dry slab meanwhile
+        return got
+
+    monkeypatch.setattr(allocator, "take_from_arena", slow_take)
+    counts = poisoned(128, np.int64)
+    with devalloc.Arena(1 << 16) as arena:  # 1 KiB warp slabs, 4 KiB block slabs
+        alloc_until_full[1, 128](arena, 32, 1, counts)  # each warp: one 1 KiB chunk
+        stats = arena.stats()
+    assert (counts == 1).all()
+    assert stats.peak_bytes == 128 * 32  # one block slab taken, all of it handed out
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="slows the refill down in the simulator")
+def test_diverged_groups_of_one_warp_refill_its_slab_once(monkeypatch):
+    """The two halves of a warp allocate from two branches at once, and both find
+    the warp's slab dry. One refills while the other waits, then both share it."""
+    from devalloc import allocator
+
+    refill = allocator.from_block
+
+    @cuda.jit(device=True)
+    def slow_refill(hdr, state, slot, capacity, need, step, least, block_granules):
+        time.sleep(0.005)  # the other group runs into the dry slab meanwhile
+        return refill(hdr, state, slot, capacity, need, step, least, block_granules)
+
+    @devalloc.kernel
+    def halves(arena, out):
+        lane = cuda.threadIdx.x
+        if lane % 2 == 0:
+            out[lane] = arena.alloc(32, np.uint8).size
+        else:
+            out[lane] = arena.alloc(32, np.uint8).size
+
+    monkeypatch.setattr(allocator, "from_block", slow_refill)
+    out = poisoned(32, np.int64)
+    with devalloc.Arena(1 << 14) as arena:  # one warp: 1 KiB warp and block slabs
+        halves[1, 32](arena, out)
+        stats = arena.stats()
+    assert (out == 32).all()
+    assert stats.peak_bytes == 1024  # one slab, taken once, handed out whole
