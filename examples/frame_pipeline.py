@@ -33,6 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels.world import simulate_without_gpu  # noqa: E402
+
+simulate_without_gpu()  # before numba is imported
+
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 from tqdm import tqdm  # noqa: E402

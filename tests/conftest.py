@@ -7,21 +7,20 @@ compiler, which needs no GPU. With a GPU, everything runs for real and the
 """
 
 import os
-import shutil
 import zlib
 
-if "NUMBA_ENABLE_CUDASIM" not in os.environ:
-    has_gpu = os.path.exists("/dev/nvidiactl") and shutil.which("nvidia-smi") is not None
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if has_gpu else "1"
+from kernels.world import simulate_without_gpu
+
+simulate_without_gpu()
 # Tests launch deliberately tiny grids; Numba would warn that they under-use the GPU.
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
-import numpy as np
-import pytest
-from numba import cuda
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from numba import cuda  # noqa: E402
 
-import devalloc
-from devalloc.device_memory import SIMULATOR
+import devalloc  # noqa: E402
+from devalloc.device_memory import SIMULATOR  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
