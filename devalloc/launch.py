@@ -18,6 +18,7 @@ kernel. One wrapper is compiled per (strategy, align) of the arenas it meets.
 import functools
 import inspect
 import math
+import textwrap
 from contextlib import contextmanager
 
 from numba import cuda, int64, types
@@ -35,30 +36,25 @@ else:
 
 __all__ = ["Kernel", "kernel"]
 
-_GPU_WRAPPER = """
-def {name}(handle{params}):
-    state = cuda.shared.array(BLOCK_WORDS, int64)
-    hdr = array_at(handle & ADDRESS_MASK, HEADER_WORDS)
-    slot = handle & SLOT_MASK
-    warp = enter_block(hdr, state, slot)
-    user(make_arena(handle, hdr[CAPACITY], warp, state){params})
-    leave_block(hdr, state, slot)
+_BODY = """\
+state = cuda.shared.array(BLOCK_WORDS, int64)
+hdr = array_at(handle & ADDRESS_MASK, HEADER_WORDS)
+slot = handle & SLOT_MASK
+warp = enter_block(hdr, state, slot)
+user(make_arena(handle, hdr[CAPACITY], warp, state){params})
+leave_block(hdr, state, slot)
 """
 
-_SIM_WRAPPER = """
-def {name}(launch{params}):
-    handle, warps = launch
-    enter_lane(warps)
-    try:
-        state = cuda.shared.array(BLOCK_WORDS, int64)
-        hdr = array_at(handle & ADDRESS_MASK, HEADER_WORDS)
-        slot = handle & SLOT_MASK
-        warp = enter_block(hdr, state, slot)
-        user(make_arena(handle, hdr[CAPACITY], warp, state){params})
-        leave_block(hdr, state, slot)
-    finally:
-        exit_lane()
-"""
+_GPU_WRAPPER = "def {name}(handle{params}):\n" + textwrap.indent(_BODY, " " * 4)
+
+# In the simulator each thread also registers as a lane of its warp (simwarp).
+_SIM_WRAPPER = (
+    "def {name}(launch{params}):\n"
+    "    handle, warps = launch\n"
+    "    enter_lane(warps)\n"
+    "    try:\n" + textwrap.indent(_BODY, " " * 8) + "    finally:\n"
+    "        exit_lane()\n"
+)
 
 # cuda.jit options that also shape the user's function, compiled as a device function.
 _DEVICE_OPTIONS = ("debug", "lineinfo", "fastmath", "opt")

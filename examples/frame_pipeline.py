@@ -184,6 +184,15 @@ def edges_of(camera, buf):
     return src
 
 
+def lists_at_starts(camera, out, buf, edges, points):
+    """The list stage where the host placed each tile's list (buf["starts"]):
+    fill the lists, then the histograms and overlay from them."""
+    K.fill_tiles[out.tiles, TILE_BLOCK](edges, buf["blur"], buf["starts"], buf["counts"], points)
+    K.consume_tiles[out.tiles, TILE_BLOCK](
+        points, buf["starts"], buf["counts"], camera.rgb, out.palette, out.hist, out.overlay
+    )
+
+
 # -- the three modes ---------------------------------------------------------------------
 
 
@@ -209,20 +218,8 @@ class Static:
         self.held_bytes = self.block.nbytes + self.points.nbytes
 
     def process(self):
-        buf, out = self.buf, self.out
-        edges = edges_of(self.camera, buf)
-        K.fill_tiles[out.tiles, TILE_BLOCK](
-            edges, buf["blur"], buf["starts"], buf["counts"], self.points
-        )
-        K.consume_tiles[out.tiles, TILE_BLOCK](
-            self.points,
-            buf["starts"],
-            buf["counts"],
-            self.camera.rgb,
-            out.palette,
-            out.hist,
-            out.overlay,
-        )
+        edges = edges_of(self.camera, self.buf)
+        lists_at_starts(self.camera, self.out, self.buf, edges, self.points)
         cuda.synchronize()
         return edges
 
@@ -246,18 +243,7 @@ class Malloc:
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         buf["starts"] = cuda.to_device(starts)
         points = cuda.device_array((max(int(counts.sum()), 1), K.POINT), np.int32)
-        K.fill_tiles[out.tiles, TILE_BLOCK](
-            edges, buf["blur"], buf["starts"], buf["counts"], points
-        )
-        K.consume_tiles[out.tiles, TILE_BLOCK](
-            points,
-            buf["starts"],
-            buf["counts"],
-            self.camera.rgb,
-            out.palette,
-            out.hist,
-            out.overlay,
-        )
+        lists_at_starts(self.camera, out, buf, edges, points)
         cuda.synchronize()
         frame_bytes = sum(a.nbytes for a in buf.values()) + points.nbytes
         self.held_bytes = max(self.held_bytes, frame_bytes)
