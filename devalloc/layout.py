@@ -46,11 +46,11 @@ REC_ASKED = 2  # bytes it asked for
 RECORD_WORDS = 4
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
-MAX_WARPS = 32  # one slab word per warp of a block of up to 1024 threads
-BLOCK_ALLOCS = 32  # successful allocations of this block, flushed at block exit
-BLOCK_LIVE = 33  # threads of this block still running
-BLOCK_SLAB = 34  # the block's slab, from which its warps' slabs are carved
-BLOCK_WORDS = 35
+MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
+BLOCK_ALLOCS = MAX_WARPS  # successful allocations of this block, flushed at block exit
+BLOCK_LIVE = MAX_WARPS + 1  # threads of this block still running
+BLOCK_SLAB = MAX_WARPS + 2  # the block's slab, from which its warps' slabs are carved
+BLOCK_WORDS = MAX_WARPS + 3
 
 # A slab word (warp or block): (next free granule) << REM_BITS | (granules left).
 REM_BITS = 24
