@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.world import simulate_without_gpu  # noqa: E402
 
-simulate_without_gpu()  # before numba is imported
+simulate_without_gpu()  # before numba is imported, as is the next line
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # one-thread launches are meant
 
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
@@ -45,7 +46,6 @@ import devalloc  # noqa: E402
 from devalloc.device_memory import SIMULATOR  # noqa: E402
 from kernels import image as K  # noqa: E402
 
-os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 MODES = ("devalloc", "malloc", "static")
 PIXEL_BLOCK = (8, 8) if SIMULATOR else (16, 16)  # the simulator pays per thread
 TILE_BLOCK = (K.TILE, 8)
