@@ -6,6 +6,9 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT/all"
 stages=${*:-tests bench pipeline pytest-bench memcheck}
+# tests: the GPU suite (marker gpu). suite: every test, the simulator's too, run on
+# the GPU. memcheck/racecheck/synccheck: compute-sanitizer over the GPU suite (memcheck)
+# and over the small-launch tests (racecheck and synccheck track every shared access).
 if [ -d .whl ]; then  # numpy 2.4.6: numba-cuda 0.30.4 does not compile with numpy 2.5
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -16,18 +19,27 @@ fi
 export PYTHONUNBUFFERED=1
 nvidia-smi -L; python3 -c "import numba_cuda, numpy; print('numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__)"
 gpu_tests="python3 -m pytest -m gpu -q -p no:cacheprovider -W default --timeout=100 tests/"
+small_tests="python3 -m pytest -q -p no:cacheprovider -W default --timeout=300 tests/test_trust.py tests/test_alloc.py"
+sanitize() {  # tool, log name, seconds, command...
+  local tool=$1 log=$2 seconds=$3; shift 3
+  timeout "$seconds" compute-sanitizer --tool "$tool" --print-limit 20 "$@" 2>&1 | tee "$OUT/$log" | tail -6
+}
 for stage in $stages; do
   echo "== $stage $(date -u +%H:%M:%S)"
   case $stage in
-    tests) timeout 100 $gpu_tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
+    tests) timeout 240 $gpu_tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
+    suite) timeout 420 python3 -m pytest -q -p no:cacheprovider -W default --timeout=300 -rs tests/ \
+        2>&1 | tee "$OUT/suite.log" | tail -30 ;;
     bench) timeout 120 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/bench.log" | tail -22
         cp "$OUT/all/allocators.json" "$OUT/" ;;
     pipeline) timeout 60 python3 examples/frame_pipeline.py --benchmark --frames 60 --out "$OUT/all/pipeline" \
         2>&1 | tee "$OUT/pipeline.log" | tail -14; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;
     pytest-bench) timeout 45 python3 -m pytest benchmarks/ -q -p no:cacheprovider -W default --benchmark-enable \
         --benchmark-json="$OUT/all/pytest-benchmark.json" 2>&1 | tail -40 > "$OUT/all/pytest-benchmark.log"; tail -4 "$OUT/all/pytest-benchmark.log" ;;
-    memcheck) timeout 60 compute-sanitizer --tool memcheck --print-limit 20 $gpu_tests \
-        -k "a_million_threads or streams or launches" 2>&1 | tee "$OUT/memcheck.log" | tail -8 ;;
+    memcheck) sanitize memcheck memcheck.log 300 $gpu_tests \
+        -k "a_million_threads or streams or launches or random_programs or sixteen" ;;
+    racecheck) sanitize racecheck racecheck.log 300 $small_tests ;;
+    synccheck) sanitize synccheck synccheck.log 300 $small_tests ;;
   esac
 done
 tar -czf "$OUT/results.tar.gz" -C "$OUT/all" . && rm -rf "$OUT/all"

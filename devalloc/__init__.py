@@ -13,13 +13,21 @@ host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, stats
 device side    allocator.py (bump and warp-slab allocation, block bookkeeping),
                warp.py (warp primitives), device_memory.py (addresses to arrays)
 Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
-               (the Arena type in GPU kernels), sim_arena.py and simwarp.py (the
-               same in Numba's CUDA simulator)
+               (the Arena type in GPU kernels), numba_compat.py (numba-cuda
+               internals), sim_arena.py and simwarp.py (the same in Numba's
+               CUDA simulator)
 shared         layout.py (header words, handle bits, block state)
 """
 
 from .arena import STRATEGIES, Arena
-from .errors import ArenaClosedError, ArenaOverflowError, DevallocError
+from .errors import (
+    ArenaClosedError,
+    ArenaOverflowError,
+    ArenaOverflowWarning,
+    DevallocError,
+    DeviceMemoryError,
+    NoGpuError,
+)
 from .launch import Kernel, kernel
 from .stats import ArenaStats
 
@@ -30,8 +38,11 @@ __all__ = [
     "Arena",
     "ArenaClosedError",
     "ArenaOverflowError",
+    "ArenaOverflowWarning",
     "ArenaStats",
     "DevallocError",
+    "DeviceMemoryError",
     "Kernel",
+    "NoGpuError",
     "kernel",
 ]

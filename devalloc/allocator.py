@@ -2,36 +2,51 @@
 simulator runs the same source as Python with the stand-ins of `simwarp`.
 
 Every function takes the arena's header and its block's state as int64 arrays
-(see `layout`) and returns a byte offset into the data region, or -1 when the
-request got no memory (a zero-size request also gets -1, but is no failure).
+(see `layout`). `group_alloc` returns a byte offset into the data region, or -1
+when the request got no memory (a zero-size request also gets -1, but is no
+failure).
 
-Two strategies:
+Two policies, composed rather than interleaved:
 
-``bump``
-    One atomic per allocation on the launch slot's cursor; every allocation
-    takes whole `align` units.
+*How a warp's requests are combined* (both strategies). The lanes that allocate
+together (``activemask``) agree on one chunk with a prefix sum, and their
+leader takes the chunk in one step. Inside a chunk, requests of at least
+``align`` bytes come first and start on ``align`` boundaries; smaller ones
+follow, packed on 16-byte granules. A chunk is granted whole or not at all; if
+it is not, the lanes try again one at a time, so a request too large for what
+is left never fails the others::
+
+    chunk:  [ aligned requests | small requests ]
+            ^ multiple of align
+
+*Where a chunk comes from* (the strategy). Each warp has a slab word in shared
+memory that chunks are carved from with a CAS (diverged groups of one warp stay
+correct); a dry slab is refilled under a lock, so that groups which saw it dry
+at once refill it once.
 
 ``warp_slab``
-    The lanes of a warp that allocate together (``activemask``) agree on one
-    chunk with a prefix sum, and their leader carves the chunk out of the
-    warp's slab: a per-warp word in shared memory, updated with a CAS so that
-    diverged groups of one warp stay correct. A dry warp slab is refilled from
-    the block's slab (another shared word), and only a dry block slab takes
-    memory from the arena's cursor: one global atomic per block refill, none
-    per allocation. Inside a chunk, requests of at least ``align`` bytes come
-    first and start on ``align`` boundaries; smaller ones follow, packed on
-    16-byte granules::
+    Warp slabs are refilled from the block's slab (another shared word), and
+    only a dry block slab takes memory from the arena's cursor: one global
+    atomic per block refill, none per allocation.
+``bump``
+    The warp's slab is only the tail of the `align` unit its last chunk ended
+    in; a chunk that does not fit there takes whole `align` units straight from
+    the cursor: one global atomic per group, and nothing lost but tails.
 
-        arena cursor  -> block slab (one global atomic)  -> warp slabs -> chunks
-        warp slab:  [ used | chunk: aligned requests | small requests | free ... ]
-                           ^ multiple of align
+    arena cursor -> block slab (warp_slab) -> warp slab -> chunks
+                 -> warp's tail (bump) ----------------> chunks
+
+The cursor is never left past the end of the arena. The first request that
+runs past it puts it back (to where it was, or to the end if it took the rest),
+and requests that arrive meanwhile wait for that and try again: a request fails
+only if the arena, as the successful requests left it, has no room for it.
 """
 
 from numba import cuda
 
 from . import layout as L
-from .device_memory import array_at, device_function, load_uncached, reduce_add
-from .warp import FULL_MASK, WARP_SIZE, activemask, ballot_sync, shfl_sync, shfl_up_sync
+from .device_memory import array_at, device_function, load_volatile, reduce_add
+from .warp import FULL_MASK, WARP_SIZE, activemask, ballot_sync, pause, shfl_sync, shfl_up_sync
 
 LOW32 = 0xFFFFFFFF
 REFILLING = -1  # a slab word while one group refills it (slab words are never negative)
@@ -65,7 +80,11 @@ def enter_block(hdr, state, slot):
     )
     word = tid
     while word < L.BLOCK_WORDS:
-        state[word] = threads if word == L.BLOCK_LIVE else 0
+        state[word] = 0
+        if word == L.BLOCK_LIVE:
+            state[word] = threads
+        if word == L.BLOCK_ASKED:
+            state[word] = L.NOTHING_ASKED
         word += threads
     if tid == 0 and cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0:
         fold_other_slot(hdr, slot)
@@ -74,9 +93,10 @@ def enter_block(hdr, state, slot):
 
 
 @device_function
-def leave_block(hdr, state, slot):
+def leave_block(hdr, state, slot, seq):
     """Every thread on its way out of the kernel; the block's last one adds the
-    block's allocation count to the slot (one global atomic per block)."""
+    block's counts to the slot (one global atomic per block) and reports its
+    failures, if it had any."""
     mask = activemask()
     if cuda.laneid == cuda.ffs(mask) - 1:
         lanes = cuda.popc(mask)
@@ -85,81 +105,95 @@ def leave_block(hdr, state, slot):
             allocs = state[L.BLOCK_ALLOCS]
             if allocs != 0:  # fire and forget: the thread need not wait for it
                 reduce_add(hdr, slot * L.SLOT_WORDS + L.ALLOCS, allocs)
+            failed = state[L.BLOCK_FAILED]
+            if failed != 0:
+                report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])
 
 
 @device_function
-def record_failure(hdr, slot, seq, nbytes):
-    """Count a failed request and tell the host, through the mapped failure record."""
-    base = slot * L.SLOT_WORDS
-    cuda.atomic.add(hdr, base + L.FAILED, 1)
-    cuda.atomic.max(hdr, base + L.ASKED, nbytes)
+def report_failures(hdr, slot, seq, failed, largest):
+    """Add a block's failures to the slot and to those the host has not reported,
+    and tell the host, through the mapped failure record."""
+    cuda.atomic.add(hdr, slot * L.SLOT_WORDS + L.FAILED, failed)
+    cuda.atomic.add(hdr, L.PENDING_FAILED, failed)
+    cuda.atomic.max(hdr, L.PENDING_ASKED, largest)
+    cuda.atomic.cas(hdr, L.PENDING_SEQ, 0, seq + 1)
     event = cuda.atomic.add(hdr, L.FAIL_EVENTS, 1) + 1
-    record = array_at(hdr[L.FAIL_RECORD], L.RECORD_WORDS)
-    record[L.REC_ASKED] = nbytes
-    record[L.REC_SEQ] = seq
     cuda.threadfence_system()
-    record[L.REC_EVENT] = event
+    array_at(hdr[L.FAIL_RECORD], L.RECORD_WORDS)[L.REC_EVENT] = event
+
+
+@device_function
+def count_outcome(state, mask, succeeded, failed, nbytes):
+    """Add the group's successes and failures to the block's counts: one shared
+    atomic each by the group's leader; failing lanes also keep the block's
+    largest failed request. Uses the group's own mask, which also keeps its
+    lanes together on their way out."""
+    made = cuda.popc(ballot_sync(mask, succeeded))
+    lost = cuda.popc(ballot_sync(mask, failed))
+    if cuda.laneid == cuda.ffs(mask) - 1:
+        if made > 0:
+            cuda.atomic.add(state, L.BLOCK_ALLOCS, made)
+        if lost > 0:
+            cuda.atomic.add(state, L.BLOCK_FAILED, lost)
+    if failed:
+        cuda.atomic.max(state, L.BLOCK_ASKED, nbytes)
 
 
 @device_function
 def request_bytes(count, itemsize):
     """Bytes for `count` elements; negative stays negative, huge saturates at 2**62."""
     if count < 0:
-        return count * itemsize if count > -(1 << 62) // itemsize else -(1 << 62)
+        if count > -(1 << 62) // itemsize:
+            return count * itemsize
+        return -(1 << 62)
     if count > (1 << 62) // itemsize:
         return 1 << 62
     return count * itemsize
 
 
-# -- strategy "bump" -------------------------------------------------------------------
+# -- the arena's cursor -----------------------------------------------------------------
 
 
 @device_function
-def bump_alloc(hdr, state, slot, seq, capacity, align, nbytes):
-    """One atomic per allocation. Every request advances the cursor by whole
-    `align` units, so each starts on an `align` boundary: simple, exact at the
-    end of the arena, and the reference the warp-slab strategy is tested
-    against; a small request wastes the rest of its unit. A request of at
-    least `align` bytes first checks that it can fit, so one too large does not
-    use up the rest of the arena."""
-    if nbytes == 0:
-        return -1
+def put_cursor_back(hdr, cursor, value):
+    """Set the cursor to `value`, whatever requests added to it meanwhile (they all
+    ran past the end and are waiting for this)."""
+    seen = load_volatile(hdr, cursor)
+    while True:
+        old = cuda.atomic.cas(hdr, cursor, seen, value)
+        if old == seen:
+            return
+        seen = old
+
+
+@device_function
+def take_from_arena(hdr, slot, capacity, want, least):
+    """`want` bytes from the slot's cursor in one atomic, or at the end of the
+    arena what is left, if that is at least `least`. Returns ``(start, bytes)``,
+    ``(-1, 0)`` for nothing; never leaves the cursor past the end."""
     cursor = slot * L.SLOT_WORDS + L.CURSOR
-    start = -1
-    if nbytes > 0 and nbytes <= capacity:
-        if nbytes < align or load_uncached(hdr, cursor) + nbytes <= capacity:
-            start = cuda.atomic.add(hdr, cursor, (nbytes + align - 1) & -align)
-            if start + nbytes > capacity:
-                start = -1
-    count_successes(state, activemask(), start >= 0)
-    if start < 0:
-        record_failure(hdr, slot, seq, nbytes)
-    return start
+    while True:
+        old = cuda.atomic.add(hdr, cursor, want)
+        if old + want <= capacity:
+            return old, want
+        if old <= capacity:  # the first request past the end: it puts the cursor back
+            rest = capacity - old
+            if rest >= least and rest > 0:
+                put_cursor_back(hdr, cursor, capacity)
+                return old, rest
+            put_cursor_back(hdr, cursor, old)
+            return -1, 0
+        # Another request ran past the end first and is putting the cursor back.
+        seen = load_volatile(hdr, cursor)
+        while seen > capacity:
+            pause()
+            seen = load_volatile(hdr, cursor)
+        if seen + least > capacity:
+            return -1, 0
 
 
-# -- strategy "warp_slab" --------------------------------------------------------------
-
-
-@device_function
-def count_successes(state, mask, succeeded):
-    """Add the group's successful allocations to the block's count: one shared
-    atomic by the group's leader, not one per lane. Uses the group's own mask,
-    which also keeps its lanes together on their way out."""
-    made = cuda.popc(ballot_sync(mask, succeeded))
-    if made > 0 and cuda.laneid == cuda.ffs(mask) - 1:
-        cuda.atomic.add(state, L.BLOCK_ALLOCS, made)
-
-
-@device_function
-def take_from_arena(hdr, slot, capacity, nbytes):
-    """The one global atomic: `nbytes` from the slot's cursor. Returns
-    ``granule << 24 | granules`` of what was got, which at the end of the arena
-    may be less than asked; 0 when nothing is left."""
-    old = cuda.atomic.add(hdr, slot * L.SLOT_WORDS + L.CURSOR, nbytes)
-    if old >= capacity:
-        return 0
-    got = min(nbytes, capacity - old) >> 4
-    return (old >> 4) << L.REM_BITS | got
+# -- slab words in shared memory -----------------------------------------------------------
 
 
 @device_function
@@ -169,7 +203,7 @@ def carve(state, word, need, step, least):
     Returns ``(start << 24 | granules taken, 0)``, or ``(0, word seen)`` when
     the slab as seen cannot serve it (REFILLING while it is being refilled)."""
     while True:
-        old = state[word]
+        old = load_volatile(state, word)
         if old == REFILLING:
             return 0, old
         free_at = old >> L.REM_BITS
@@ -189,57 +223,102 @@ def carve(state, word, need, step, least):
 
 
 @device_function
+def lock(state, word, seen):
+    """Whether this group now holds the refill lock of the slab it saw as `seen`."""
+    if seen == REFILLING:
+        return False
+    return cuda.atomic.cas(state, word, seen, REFILLING) == seen
+
+
+@device_function
+def slab_from_arena(hdr, slot, capacity, granules, least):
+    """A slab word for `granules` from the cursor (fewer, but at least `least`, at
+    the end of the arena); 0 for none."""
+    start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
+    if start < 0:
+        return 0
+    return (start >> 4) << L.REM_BITS | (got >> 4)
+
+
+@device_function
 def from_block(hdr, state, slot, capacity, need, step, least, block_granules):
     """Granules from the block's slab; one warp replaces a dry slab with a fresh
     one from the arena (the one global atomic) while the others wait. When the
-    arena is spent, whatever the old slab had left."""
+    arena is spent, whatever the old slab had left, if at least `least`."""
     while True:
         got, seen = carve(state, L.BLOCK_SLAB, need, step, least)
         if got != 0:
             return got
-        if seen != REFILLING and cuda.atomic.cas(state, L.BLOCK_SLAB, seen, REFILLING) == seen:
-            slab = take_from_arena(hdr, slot, capacity, block_granules << 4)
+        if lock(state, L.BLOCK_SLAB, seen):
+            slab = slab_from_arena(hdr, slot, capacity, block_granules, least)
             if slab == 0:  # the arena is spent: put back what was left, take from it
                 cuda.atomic.exch(state, L.BLOCK_SLAB, seen)
-                return carve(state, L.BLOCK_SLAB, need, step, 1)[0]
+                return carve(state, L.BLOCK_SLAB, need, step, least)[0]
             # The old slab's rest, too small for this request, is a bounded tail.
             cuda.atomic.exch(state, L.BLOCK_SLAB, slab)
+        else:
+            pause()
 
 
 @device_function
-def from_warp(hdr, state, warp, slot, capacity, need, step, align_step, warp_g, block_g):
-    """Granules from the warp's slab; a dry one is replaced by a slab from the
-    block's. Diverged groups of one warp allocate concurrently (on the hardware,
-    often), so the warp's slab is refilled under the same lock."""
+def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct):
+    """Exactly `need` granules on a multiple of `step` from the warp's slab, or
+    0. A dry slab is replaced: from the block's slab (``warp_slab``), or with
+    the whole `align` units the request needs straight from the arena
+    (``direct``, the ``bump`` strategy). Diverged groups of one warp allocate
+    concurrently (on the hardware, often), so the slab is refilled under a lock."""
+    align_step = align >> 4
     while True:
         got, seen = carve(state, warp, need, step, need)
         if got != 0:
             return got
-        if seen != REFILLING and cuda.atomic.cas(state, warp, seen, REFILLING) == seen:
-            slab = from_block(hdr, state, slot, capacity, warp_g, align_step, need, block_g)
-            if slab == 0:  # the arena is spent: put back what was left, take from it
+        if lock(state, warp, seen):
+            if direct:
+                units = (need + align_step - 1) & -align_step
+                slab = slab_from_arena(hdr, slot, capacity, units, need)
+            else:
+                slab = from_block(hdr, state, slot, capacity, warp_g, align_step, need, block_g)
+            if slab == 0:  # the arena is spent: put back what was left
                 cuda.atomic.exch(state, warp, seen)
-                return carve(state, warp, need, step, 1)[0]
+                return carve(state, warp, need, step, need)[0]
             cuda.atomic.exch(state, warp, slab)
+        else:
+            pause()
 
 
 @device_function
-def take_chunk(hdr, state, warp, slot, capacity, align, log2_slab, granules, aligned):
-    """Run by a group's leader: `granules` for the whole group from the warp's
-    slab, or from the block's slab if larger than a warp slab, or straight from
-    the arena if larger than that. Returns ``granule << 24 | granules got``
-    (fewer than asked only at the end of the arena; 0 for none)."""
-    align_step = align >> 4
-    step = align_step if aligned else 1
-    warp_g = 1 << (log2_slab - 4)
-    block_g = warp_g * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
+def take_chunk(hdr, state, warp, slot, capacity, align, log2_slab, granules, aligned, direct):
+    """Exactly `granules` for a group (or one lane): from the warp's slab, or from
+    the block's slab if larger than a warp slab, or straight from the arena if
+    larger than that. Returns the chunk's first granule, -1 for none."""
+    step = 1
+    if aligned:
+        step = align >> 4
+    if direct:  # chunks up to the largest slab go through the warp's tail
+        warp_g = 1 << (L.MAX_LOG2_SLAB - 4)
+        block_g = warp_g
+    else:
+        warp_g = 1 << (log2_slab - 4)
+        block_g = warp_g * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
+    got = 0
     if granules <= warp_g:
-        return from_warp(
-            hdr, state, warp, slot, capacity, granules, step, align_step, warp_g, block_g
+        got = from_warp(
+            hdr, state, warp, slot, capacity, granules, step, align, warp_g, block_g, direct
         )
-    if granules <= block_g:
-        return from_block(hdr, state, slot, capacity, granules, step, granules, block_g)
-    return take_from_arena(hdr, slot, capacity, ((granules << 4) + align - 1) & -align)
+    elif granules <= block_g:
+        got = from_block(hdr, state, slot, capacity, granules, step, granules, block_g)
+    else:
+        # Whole `align` units keep the cursor aligned; at the end of the arena
+        # the request's own bytes are enough.
+        span = ((granules << 4) + align - 1) & -align
+        start, _ = take_from_arena(hdr, slot, capacity, span, granules << 4)
+        return start >> 4  # -1 stays -1
+    if got == 0:
+        return -1
+    return got >> L.REM_BITS
+
+
+# -- combining a warp's requests ----------------------------------------------------------
 
 
 @device_function
@@ -276,7 +355,9 @@ def exclusive_scan(mask, lane, value):
     else:
         rank = cuda.popc(mask & ((1 << lane) - 1))
         while step < WARP_SIZE:
-            src = lane_of_rank(mask, rank - step) if rank >= step else lane
+            src = lane
+            if rank >= step:
+                src = lane_of_rank(mask, rank - step)
             below = shfl_sync(mask, total, src)
             if rank >= step:
                 total += below
@@ -285,31 +366,33 @@ def exclusive_scan(mask, lane, value):
 
 
 @device_function
-def large_alloc(hdr, slot, capacity, align, nbytes):
-    """A request larger than LANE_CHUNK_MAX: its own atomic, after a check for space,
-    so that one too large to fit does not use up the rest of the arena."""
-    span = (nbytes + align - 1) & -align
-    cursor = slot * L.SLOT_WORDS + L.CURSOR
-    if load_uncached(hdr, cursor) + span > capacity:
-        return -1
-    start = cuda.atomic.add(hdr, cursor, span)
-    return start if start + nbytes <= capacity else -1
+def lane_granules(nbytes, align):
+    """A request's granules, rounded to whole `align` units if it is an aligned one."""
+    granules = (nbytes + L.GRANULE - 1) >> 4
+    if nbytes >= align:
+        step = align >> 4
+        granules = (granules + step - 1) & -step
+    return granules
 
 
 @device_function
-def slab_alloc(hdr, state, warp, slot, seq, capacity, align, log2_slab, nbytes):
-    """Warp-slab allocation for every lane that calls it together."""
+def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct):
+    """Allocation for every lane that calls it together: one chunk for the group,
+    then, for the lanes it could not serve, one try each."""
     mask = activemask()
     lane = cuda.laneid
     leader = cuda.ffs(mask) - 1
+    possible = (nbytes > 0) & (nbytes <= capacity)
+    exact = (nbytes + L.GRANULE - 1) >> 4  # granules, unrounded
     # This lane's part of the group's chunk: aligned requests in the high half,
     # small ones in the low half, so one scan places both.
     share = 0
-    if nbytes > 0 and nbytes <= L.LANE_CHUNK_MAX:
-        share = (nbytes + L.GRANULE - 1) >> 4
+    rounded = 0
+    if possible & (nbytes <= L.LANE_CHUNK_MAX):
+        rounded = lane_granules(nbytes, align)
+        share = rounded
         if nbytes >= align:
-            step = align >> 4
-            share = ((share + step - 1) & -step) << 32
+            share <<= 32
     first = shfl_sync(mask, share, leader)
     if ballot_sync(mask, share != first) == 0:  # every lane asks the same: no scan
         below = cuda.popc(mask & ((1 << lane) - 1)) * first
@@ -318,22 +401,30 @@ def slab_alloc(hdr, state, warp, slot, seq, capacity, align, log2_slab, nbytes):
         below, total = exclusive_scan(mask, lane, share)
     aligned_total = total >> 32
     chunk = aligned_total + (total & LOW32)
+    start = -1
+    if (lane == leader) & (chunk > 0) & (chunk << 4 <= capacity):
+        start = take_chunk(
+            hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0, direct
+        )
+    start = shfl_sync(mask, start, leader)
     offset = -1
-    if chunk > 0:
-        got = 0
-        if lane == leader:
-            got = take_chunk(
-                hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0
+    if share > 0 and start >= 0:
+        at = aligned_total + (below & LOW32)
+        if share > LOW32:
+            at = below >> 32
+        offset = (start + at) << 4
+    # Lanes the chunk did not serve (it was refused, or they were not in it) try
+    # alone, one at a time, for their bytes unrounded: a request too large for
+    # what is left fails alone.
+    several = cuda.popc(ballot_sync(mask, share > 0)) > 1
+    retry = ballot_sync(mask, possible & (offset < 0) & (several | (rounded != exact)))
+    while retry != 0:
+        if lane == cuda.ffs(retry) - 1:
+            alone = take_chunk(
+                hdr, state, warp, slot, capacity, align, log2_slab, exact, nbytes >= align, direct
             )
-        got = shfl_sync(mask, got, leader)
-        if share > 0:
-            at = below >> 32 if share > LOW32 else aligned_total + (below & LOW32)
-            granules = share >> 32 if share > LOW32 else share
-            if at + granules <= (got & L.REM_MASK):
-                offset = ((got >> L.REM_BITS) + at) << 4
-    if nbytes > L.LANE_CHUNK_MAX:
-        offset = large_alloc(hdr, slot, capacity, align, nbytes)
-    count_successes(state, mask, offset >= 0)
-    if offset < 0 and nbytes != 0:
-        record_failure(hdr, slot, seq, nbytes)
+            if alone >= 0:
+                offset = alone << 4
+        retry &= retry - 1
+    count_outcome(state, mask, offset >= 0, (offset < 0) & (nbytes != 0), nbytes)
     return offset

@@ -6,19 +6,28 @@ resets the arena by sending the next launch to the other slot. That launch's
 first thread folds the finished slot into the totals and clears it, in stream
 order, so a reset costs no CUDA call at all.
 
-A failed allocation is written by the device into a host-mapped record, which
-the host reads at every launch (a plain memory read) and at every
-synchronization the library makes, and turns into `ArenaOverflowError`.
+A block whose allocations failed counts them in the arena's header and bumps a
+host-mapped record, which the host reads at every launch (a plain memory read)
+and at every synchronization the library makes. On a change it waits for the
+arena's launches, reads the counts, clears them and raises `ArenaOverflowError`
+once. An arena dropped without `close()` says so as an `ArenaOverflowWarning`.
+
+One lock per arena orders its host threads: a launch takes it for as long as
+its handle is made and queued; a frame holds it from entry to exit, so the
+frame belongs to its thread and the others' launches, resets and frames wait.
 """
 
+import atexit
 import math
 import operator
-from contextlib import contextmanager
+import threading
+import warnings
+import weakref
 
 import numpy as np
 
 from . import layout as L
-from .errors import ArenaClosedError, ArenaOverflowError, DevallocError
+from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
 from .memory import Memory
 from .stats import ArenaStats
 
@@ -30,13 +39,17 @@ MAX_ALIGN = 1 << L.MAX_LOG2_SLAB
 _NUMBER_KINDS = "biufc"
 
 
-def _positive_int(value, name):
+def _int(value, name):
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int (got bool {value!r})")
     try:
-        value = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int (got {type(value).__name__} {value!r})") from None
+
+
+def _positive_int(value, name):
+    value = _int(value, name)
     if value <= 0:
         raise ValueError(f"{name} must be positive (got {value})")
     return value
@@ -67,21 +80,162 @@ def _number_dtype(dtype):
     return dtype
 
 
+class _Reports:
+    """What reporting an arena's failures needs, apart from the Arena itself, so
+    that the finalizer of a dropped arena can still report them."""
+
+    __slots__ = ("capacity", "memory", "names", "record", "seen", "stream")
+
+    def __init__(self, memory, capacity):
+        self.memory = memory
+        self.capacity = capacity
+        # The failure record as plain memory: polled at every launch.
+        # (A memoryview, not .view(): Numba's mapped arrays give device arrays there.)
+        self.record = memoryview(memory.record).cast("B").cast("q")
+        self.seen = 0  # the record's event count when last reported
+        self.names = {}  # launch sequence number mod 2**SEQ_BITS -> kernel name
+        self.stream = 0  # where the arena's latest launch was queued
+
+    def waiting(self):
+        return self.record[L.REC_EVENT] != self.seen
+
+    def take(self, not_launched=None):
+        """The failures not reported yet, as an error, and clear them. Call only
+        after the arena's launches have finished."""
+        event = int(self.record[L.REC_EVENT])
+        if event == self.seen:
+            return None
+        self.seen = event
+        words = np.empty(L.HEADER_WORDS, np.int64)
+        self.memory.read_header(words)
+        failed = int(words[L.PENDING_FAILED])
+        if failed == 0:
+            return None
+        cleared = np.array([0, L.NOTHING_ASKED, 0], np.int64)
+        self.memory.write_header(cleared, first=L.PENDING_FAILED)
+        name = self.names.get(int(words[L.PENDING_SEQ]) - 1, "<unknown kernel>")
+        return ArenaOverflowError(
+            name, self.capacity, int(words[L.PENDING_ASKED]), failed, not_launched
+        )
+
+    def release(self):
+        """Wait for the arena's launches, free its memory, and return the failures
+        nobody was told about (an error, or None)."""
+        try:
+            self.memory.synchronize(self.stream)
+            return self.take()
+        finally:
+            self.memory.free()
+
+
+# Arenas dropped without close(). Their finalizers only queue them here: a
+# finalizer runs inside whatever the garbage collector interrupted, possibly a
+# CUDA call, so the memory is freed and the overflow reported at the next safe
+# point: an arena made, checked or closed, or the interpreter's exit.
+_dropped = []
+_open_arenas = weakref.WeakSet()
+_exit_registered = []
+
+
+def _queue_dropped(reports):
+    _dropped.append(reports)
+
+
+def release_dropped():
+    """Free the memory of arenas dropped without close(); warn of their unreported
+    overflows (`ArenaOverflowWarning`)."""
+    while _dropped:
+        reports = _dropped.pop()
+        try:
+            error = reports.release()
+        except Exception:  # at interpreter exit the CUDA context may be gone
+            continue
+        if error is not None:
+            warnings.warn(
+                f"an arena dropped without close() had an unreported overflow: {error}",
+                ArenaOverflowWarning,
+                stacklevel=2,
+            )
+
+
+def _at_exit():
+    for arena in list(_open_arenas):  # still open at exit: dropped now
+        arena._release()
+    release_dropped()
+
+
+def _register_exit():
+    # Registered once CUDA is up, so that it runs before Numba's own shutdown.
+    if not _exit_registered:
+        atexit.register(_at_exit)
+        _exit_registered.append(True)
+
+
+class _Frame:
+    """``with arena.frame():`` (see `Arena.frame`). Holds the arena's lock from
+    entry to exit."""
+
+    __slots__ = ("_arena", "_check")
+
+    def __init__(self, arena, check):
+        self._arena = arena
+        self._check = check
+
+    def __enter__(self):
+        arena = self._arena
+        arena._lock.acquire()
+        try:
+            arena._require_open()
+            if arena._in_frame:
+                raise DevallocError("arena.frame() is already open; frames do not nest")
+        except BaseException:
+            arena._lock.release()
+            raise
+        arena._in_frame = True
+        return arena
+
+    def __exit__(self, exc_type, exc, traceback):
+        arena = self._arena
+        try:
+            arena._in_frame = False
+            if not arena._closed:
+                arena._clear_live_region()
+                if self._check and exc_type is None:
+                    arena._report_failures()
+        finally:
+            arena._lock.release()
+        return False
+
+
 class Arena:
     """Device memory reserved once, handed out inside kernels.
 
     Parameters
     ----------
     nbytes : int
-        Capacity of the data region, in bytes.
+        Capacity of the data region, in bytes (rounded up to a multiple of 16,
+        at most 4 TiB).
     align : int, default 256
         Power of two from 16 to 1 MiB. Allocations of at least `align` bytes
         start on a multiple of it; smaller ones on a multiple of 16.
     strategy : {"warp_slab", "bump"}
         ``warp_slab`` (default): per-warp slabs, one global atomic per slab
-        refill. ``bump``: one global atomic per allocation.
+        refill. ``bump``: one global atomic per group of lanes allocating
+        together, exact accounting.
     device : int, optional
         The GPU to reserve on; the current device when omitted.
+
+    Raises
+    ------
+    DeviceMemoryError
+        The device cannot hold the arena (a `MemoryError`).
+
+    Notes
+    -----
+    An arena may be used from any number of host threads; a frame belongs to
+    the thread that opened it, and the other threads' launches, resets and
+    frames on the arena wait until it exits. For concurrency, give each stream
+    or thread its own arena.
 
     Examples
     --------
@@ -90,7 +244,7 @@ class Arena:
     """
 
     def __init__(self, nbytes, *, align=256, strategy="warp_slab", device=None):
-        capacity = _positive_int(nbytes, "nbytes")
+        nbytes = _positive_int(nbytes, "nbytes")
         align = _positive_int(align, "align")
         if align & (align - 1) or not MIN_ALIGN <= align <= MAX_ALIGN:
             raise ValueError(
@@ -98,15 +252,19 @@ class Arena:
             )
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
-        if device is not None:
-            device = operator.index(device)
-        if capacity >= 1 << (L.REM_BITS + 40):
-            raise ValueError(f"nbytes is too large for one arena (got {capacity})")
+        if device is not None and _int(device, "device") < 0:
+            raise ValueError(f"device must be a GPU number, 0 or more (got {device})")
+        if nbytes > L.MAX_CAPACITY:
+            raise ValueError(
+                f"nbytes must be at most {L.MAX_CAPACITY} (4 TiB) for one arena (got {nbytes})"
+            )
+        capacity = (nbytes + L.GRANULE - 1) & -L.GRANULE
+        release_dropped()  # before reserving: their memory may be what this one needs
 
         self._capacity = capacity
         self._align = align
         self._strategy = strategy
-        self._memory = Memory(capacity, align, device)
+        self._memory = Memory(capacity, align, device)  # DeviceMemoryError if it cannot
         if self._memory.header_address & ~L.ADDRESS_MASK:
             self._memory.free()
             raise DevallocError(
@@ -115,11 +273,15 @@ class Arena:
         header = np.zeros(L.HEADER_WORDS, np.int64)
         header[L.CAPACITY] = capacity
         header[L.FAIL_RECORD] = self._memory.record_address
+        header[L.PENDING_ASKED] = L.NOTHING_ASKED
         self._memory.write_header(header)
 
-        # The failure record as plain memory: polled at every launch.
-        # (A memoryview, not .view(): Numba's mapped arrays give device arrays there.)
-        self._record = memoryview(self._memory.record).cast("B").cast("q")
+        self._reports = _Reports(self._memory, capacity)
+        self._release = weakref.finalize(self, _queue_dropped, self._reports)
+        self._release.atexit = False  # _at_exit takes care of it
+        _open_arenas.add(self)
+        _register_exit()
+        self._lock = threading.RLock()
         self._handle_base = L.pack_handle(self._memory.header_address, 0, 0, 0)
         self._kernel_key = (strategy, align)  # which compiled wrapper a kernel launches
         self._slab_bits = {}  # warps in the grid -> slab-size bits of the handle
@@ -127,11 +289,7 @@ class Arena:
         self._slot = 0
         self._dirty = False  # the live slot has seen a launch since it was cleared
         self._in_frame = False
-        self._stream = 0
         self._seq = 0
-        self._kernel_names = {}  # seq mod 2**SEQ_BITS -> kernel name, for error reports
-        self._seen_event = 0
-        self._reported_seq = 0
         self._launches = 0
         self._resets = 0
 
@@ -165,7 +323,32 @@ class Arena:
             f"align={self._align}>"
         )
 
-    # -- launches (called by devalloc.kernel) ------------------------------------------
+    # -- what belongs inside kernels -------------------------------------------------
+
+    @property
+    def _numba_type_(self):
+        # Numba asks this of every kernel argument: say what to do instead.
+        raise TypeError(
+            "a devalloc.Arena can only be passed to a kernel decorated with "
+            "@devalloc.kernel (as its first argument), not to a plain @cuda.jit kernel"
+        )
+
+    def _in_kernels_only(self, method):
+        raise TypeError(
+            f"arena.{method}() works inside kernels decorated with @devalloc.kernel; "
+            "on the host, use arena.device_view(offset, shape, dtype)"
+        )
+
+    def alloc(self, shape, dtype):
+        self._in_kernels_only("alloc")
+
+    def offset(self, array):
+        self._in_kernels_only("offset")
+
+    def view(self, offset, shape, dtype):
+        self._in_kernels_only("view")
+
+    # -- launches (called by devalloc.kernel, holding self._lock) ---------------------
 
     def _begin_launch(self, kernel_name, warps, stream):
         """Everything a launch needs from the host, without a CUDA call in the steady
@@ -173,15 +356,16 @@ class Arena:
         handle the kernel receives."""
         if self._closed:
             raise ArenaClosedError(f"cannot launch {kernel_name!r} on a closed arena")
-        if self._record[L.REC_EVENT] != self._seen_event:
-            self._raise_new_failure()
-        if stream is not self._stream and stream != self._stream:
+        reports = self._reports
+        if reports.record[L.REC_EVENT] != reports.seen:
+            self._report_failures(not_launched=kernel_name)
+        if stream is not reports.stream and stream != reports.stream:
             if self._launches:
-                self._memory.order_after(self._stream, stream)
-            self._stream = stream
+                self._memory.order_after(reports.stream, stream)
+            reports.stream = stream
         seq = self._seq = self._seq + 1
         residue = seq & L.SEQ_MASK
-        self._kernel_names[residue] = kernel_name
+        reports.names[residue] = kernel_name
         slab_bits = self._slab_bits.get(warps)
         if slab_bits is None:
             if len(self._slab_bits) > 256:
@@ -191,6 +375,7 @@ class Arena:
         return self._handle_base | self._slot | slab_bits | residue << L.SEQ_SHIFT
 
     def _end_launch(self):
+        """The launch was queued (or, on the simulator, ran, even if it raised)."""
         self._launches += 1
         if self._in_frame:
             self._dirty = True
@@ -208,27 +393,20 @@ class Arena:
 
     # -- failure reports ---------------------------------------------------------------
 
-    def _raise_new_failure(self, failed=None):
-        record = self._record
-        event = int(record[L.REC_EVENT])
-        if event == self._seen_event:
-            return
-        self._seen_event = event
-        # The record carries the launch's sequence number mod 2**SEQ_BITS; the
-        # failing launch is the latest one with that residue.
-        seq = self._seq - ((self._seq - int(record[L.REC_SEQ])) & L.SEQ_MASK)
-        if seq <= self._reported_seq:
-            return  # a late write from a launch already reported
-        self._reported_seq = seq
-        name = self._kernel_names.get(seq & L.SEQ_MASK, "<unknown kernel>")
-        raise ArenaOverflowError(name, self._capacity, int(record[L.REC_ASKED]), failed)
+    def _report_failures(self, not_launched=None):
+        """Wait for the arena's launches; raise what failed and was not reported."""
+        self._memory.synchronize(self._reports.stream)
+        error = self._reports.take(not_launched)
+        if error is not None:
+            raise error
 
     def check(self):
         """Wait for this arena's launches; raise `ArenaOverflowError` if one of them
         ran out of space and that has not been reported yet."""
-        self._require_open()
-        self._memory.synchronize(self._stream)
-        self._raise_new_failure()
+        release_dropped()
+        with self._lock:
+            self._require_open()
+            self._report_failures()
 
     def _require_open(self):
         if self._closed:
@@ -242,35 +420,27 @@ class Arena:
         Costs no CUDA call and never waits. If `stream` is given and differs
         from the stream of the last launch, it is made to wait for that launch.
         """
-        self._require_open()
-        if stream is not None and stream is not self._stream and stream != self._stream:
-            if self._launches:
-                self._memory.order_after(self._stream, stream)
-            self._stream = stream
-        self._clear_live_region()
+        with self._lock:
+            self._require_open()
+            reports = self._reports
+            if stream is not None and stream is not reports.stream and stream != reports.stream:
+                if self._launches:
+                    self._memory.order_after(reports.stream, stream)
+                reports.stream = stream
+            self._clear_live_region()
 
-    @contextmanager
     def frame(self, *, check=True):
         """Launches inside share one lifetime: memory one kernel allocated stays
         valid in the next, until the frame exits and the arena is reset.
 
-        With ``check=True`` (the default) the exit waits for the frame's launches
-        and raises `ArenaOverflowError` if one of them ran out of space; with
+        The frame belongs to the thread that opened it: other threads' launches,
+        resets and frames on this arena wait until it exits. With ``check=True``
+        (the default) the exit waits for the frame's launches and raises
+        `ArenaOverflowError` if one of them ran out of space; with
         ``check=False`` it returns at once and an overflow is reported at the
         next launch or `check()`.
         """
-        self._require_open()
-        if self._in_frame:
-            raise DevallocError("arena.frame() is already open; frames do not nest")
-        self._in_frame = True
-        try:
-            yield self
-        finally:
-            self._in_frame = False
-            if not self._closed:
-                self._clear_live_region()
-        if check and not self._closed:
-            self.check()
+        return _Frame(self, check)
 
     # -- host views and statistics ------------------------------------------------------
 
@@ -280,8 +450,7 @@ class Arena:
         The memory is what kernels wrote there; it stays valid until a later
         launch allocates over it.
         """
-        self._require_open()
-        offset = operator.index(offset)
+        offset = _int(offset, "offset")
         dims = _dims(shape)
         dtype = _number_dtype(dtype)
         nbytes = math.prod(dims) * dtype.itemsize
@@ -296,7 +465,9 @@ class Arena:
                 f"(got {offset})"
             )
         strides = tuple(dtype.itemsize * math.prod(dims[i + 1 :]) for i in range(len(dims)))
-        return self._memory.device_array(offset, dims, strides, dtype)
+        with self._lock:
+            self._require_open()
+            return self._memory.device_array(offset, dims, strides, dtype)
 
     def stats(self):
         """Wait for this arena's launches and return an `ArenaStats` snapshot.
@@ -304,21 +475,22 @@ class Arena:
         Raises `ArenaOverflowError` first if a launch overflowed and that has
         not been reported yet.
         """
-        self.check()
-        words = np.empty(L.HEADER_WORDS, np.int64)
-        self._memory.read_header(words)
-        slots = [words[L.slot_base(s) : L.slot_base(s) + L.SLOT_WORDS] for s in (0, 1)]
-        used = [min(int(slot[L.CURSOR]), self._capacity) for slot in slots]
-        return ArenaStats(
-            capacity_bytes=self._capacity,
-            current_bytes=used[self._slot],
-            peak_bytes=max(int(words[L.PEAK]), *used),
-            total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(int(s[L.ALLOCS]) for s in slots),
-            failed_allocs=int(words[L.TOTAL_FAILED]) + sum(int(s[L.FAILED]) for s in slots),
-            resets=self._resets,
-            launches=self._launches,
-            device_mallocs=1,
-        )
+        with self._lock:
+            self.check()
+            words = np.empty(L.HEADER_WORDS, np.int64)
+            self._memory.read_header(words)
+            slots = [words[L.slot_base(s) : L.slot_base(s) + L.SLOT_WORDS] for s in (0, 1)]
+            used = [min(int(slot[L.CURSOR]), self._capacity) for slot in slots]
+            return ArenaStats(
+                capacity_bytes=self._capacity,
+                current_bytes=used[self._slot],
+                peak_bytes=max(int(words[L.PEAK]), *used),
+                total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(int(s[L.ALLOCS]) for s in slots),
+                failed_allocs=int(words[L.TOTAL_FAILED]) + sum(int(s[L.FAILED]) for s in slots),
+                resets=self._resets,
+                launches=self._launches,
+                device_mallocs=1,
+            )
 
     # -- closing -----------------------------------------------------------------------
 
@@ -327,14 +499,16 @@ class Arena:
         `device_view` of it is left). Raises `ArenaOverflowError` (after
         releasing) if a launch overflowed unreported. Closing twice is harmless;
         any other use afterwards raises `ArenaClosedError`."""
-        if self._closed:
-            return
-        self._memory.synchronize(self._stream)
-        try:
-            self._raise_new_failure()
-        finally:
+        release_dropped()
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            self._memory.free()
+            self._release.detach()
+            _open_arenas.discard(self)
+            error = self._reports.release()
+        if error is not None:
+            raise error
 
     def __enter__(self):
         self._require_open()
@@ -343,9 +517,10 @@ class Arena:
     def __exit__(self, exc_type, exc, traceback):
         if exc_type is None:
             self.close()
-        else:  # do not hide the exception that is already on its way
+        else:  # do not hide the exception that is already on its way; mention the overflow
             try:
                 self.close()
-            except ArenaOverflowError:
-                pass
+            except ArenaOverflowError as overflow:
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"while closing the arena: {overflow}")
         return False

@@ -11,6 +11,7 @@ simulator, "device memory" is host memory: every simulated arena registers its
 numpy buffer here, and an address is the buffer's real host address.
 """
 
+import bisect
 import threading
 
 import numpy as np
@@ -18,39 +19,53 @@ from numba import config, cuda
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
-__all__ = ["SIMULATOR", "array_at", "device_function", "load_uncached", "reduce_add"]
+__all__ = ["SIMULATOR", "array_at", "device_function", "load_volatile", "reduce_add"]
 
 
 if SIMULATOR:
     device_function = cuda.jit(device=True)
 
     _buffers_lock = threading.Lock()
+    _bases = []  # sorted base addresses of the registered buffers
     _buffers = {}  # base address -> uint8 numpy buffer
 
     def register_buffer(buffer):
+        base = buffer.ctypes.data
         with _buffers_lock:
-            _buffers[buffer.ctypes.data] = buffer
-        return buffer.ctypes.data
+            bisect.insort(_bases, base)
+            _buffers[base] = buffer
+        return base
 
     def unregister_buffer(buffer):
+        base = buffer.ctypes.data
         with _buffers_lock:
-            _buffers.pop(buffer.ctypes.data, None)
+            if _buffers.pop(base, None) is not None:
+                del _bases[bisect.bisect_left(_bases, base)]
 
     def bytes_at(address, nbytes):
         """The registered simulated device memory [address, address + nbytes)."""
         with _buffers_lock:
-            for base, buffer in _buffers.items():
-                if base <= address and address + nbytes <= base + buffer.size:
+            i = bisect.bisect_right(_bases, address) - 1
+            if i >= 0:
+                base = _bases[i]
+                buffer = _buffers[base]
+                if address + nbytes <= base + buffer.size:
                     return buffer[address - base : address - base + nbytes]
         raise RuntimeError(
             f"simulated device address {address:#x} (+{nbytes} bytes) is not inside "
             "any live arena; was the arena closed while a kernel used it?"
         )
 
+    def buffer_at(address):
+        """(buffer, index of `address` in it) for a registered address."""
+        with _buffers_lock:
+            base = _bases[bisect.bisect_right(_bases, address) - 1]
+            return _buffers[base], address - base
+
     def array_at(address, n):
         return bytes_at(int(address), int(n) * 8).view(np.int64)
 
-    def load_uncached(array, i):
+    def load_volatile(array, i):
         return array[i]
 
     @device_function
@@ -92,9 +107,36 @@ else:
     def array_at(address, n):
         return carray(global_pointer(address, np.int64), n)
 
-    @cuda.jit(device=True, inline="always")
-    def load_uncached(array, i):
-        return cuda.ldcg(array, i)
+    @intrinsic
+    def load_volatile(typingctx, array, index):
+        """array[index] read from memory every time (PTX ``ld.volatile``), for words
+        other threads change while this one waits: numba's ``cuda.ldcg`` is inline
+        assembly without side effects, which the compiler may hoist out of a loop
+        or merge with an earlier read."""
+        if not (
+            isinstance(array, types.Array)
+            and array.dtype == types.int64
+            and isinstance(index, types.Integer)
+        ):
+            return None
+
+        def codegen(context, builder, sig, args):
+            pointer = _element_pointer(context, builder, sig, args)
+            load = ir.InlineAsm(
+                ir.FunctionType(ir.IntType(64), [ir.IntType(64)]),
+                "ld.volatile.u64 $0, [$1];",
+                "=l,l,~{memory}",
+                side_effect=True,
+            )
+            return builder.call(load, [builder.ptrtoint(pointer, ir.IntType(64))])
+
+        return types.int64(array, index), codegen
+
+    def _element_pointer(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        i = context.cast(builder, args[1], sig.args[1], types.intp)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, [i])
 
     @intrinsic
     def reduce_add(typingctx, array, index, value):
@@ -109,10 +151,7 @@ else:
             return None
 
         def codegen(context, builder, sig, args):
-            aryty = sig.args[0]
-            ary = context.make_array(aryty)(context, builder, args[0])
-            i = context.cast(builder, args[1], sig.args[1], types.intp)
-            pointer = cgutils.get_item_pointer(context, builder, aryty, ary, [i])
+            pointer = _element_pointer(context, builder, sig, args)
             address = builder.ptrtoint(pointer, ir.IntType(64))
             amount = context.cast(builder, args[2], sig.args[2], types.int64)
             red = ir.InlineAsm(

@@ -1,6 +1,13 @@
 """Every error devalloc raises derives from `DevallocError`."""
 
-__all__ = ["ArenaClosedError", "ArenaOverflowError", "DevallocError"]
+__all__ = [
+    "ArenaClosedError",
+    "ArenaOverflowError",
+    "ArenaOverflowWarning",
+    "DevallocError",
+    "DeviceMemoryError",
+    "NoGpuError",
+]
 
 
 class DevallocError(Exception):
@@ -11,36 +18,80 @@ class ArenaClosedError(DevallocError, RuntimeError):
     """An arena was used after `Arena.close()`."""
 
 
-class ArenaOverflowError(DevallocError, MemoryError):
-    """A kernel asked its arena for more than it had left.
+class DeviceMemoryError(DevallocError, MemoryError):
+    """The device cannot hold the arena asked for.
 
-    The allocation itself returned a zero-size array on the device; this error
-    is how the host learns of it.
+    Attributes
+    ----------
+    requested : int
+        Bytes asked for (the data region and the arena's header).
+    free : int or None
+        Bytes the device had free, where known.
+    """
+
+    def __init__(self, requested, free, where="the device"):
+        self.requested = requested
+        self.free = free
+        has = "" if free is None else f"; {where} has {free} bytes free"
+        super().__init__(f"cannot reserve an arena of {requested} bytes{has}")
+
+
+class NoGpuError(DevallocError, RuntimeError):
+    """There is no CUDA GPU to reserve an arena on."""
+
+    def __init__(self, cause):
+        super().__init__(
+            f"no CUDA GPU is available ({cause}). To run on Numba's CUDA simulator "
+            "instead, set NUMBA_ENABLE_CUDASIM=1 before numba is imported."
+        )
+
+
+def _asked(requested):
+    if requested < 0:
+        return f"an invalid (negative) size, {requested} bytes"
+    return f"{requested} bytes"
+
+
+class ArenaOverflowError(DevallocError, MemoryError):
+    """Kernels asked an arena for more than it had left.
+
+    The allocations themselves returned zero-size arrays on the device; this
+    error is how the host learns of them, once, after the launches finished.
 
     Attributes
     ----------
     kernel : str
-        Name of the kernel whose allocation failed.
+        Name of the (first) kernel whose allocation failed.
     capacity : int
         The arena's capacity in bytes.
     requested : int
-        Bytes the failing allocation asked for (the largest one, where known).
-    failed : int or None
-        How many allocations failed, where the host has read it back.
+        The largest failed request, in bytes (negative for an invalid size).
+    failed : int
+        How many allocations failed since the last report.
+    not_launched : str or None
+        The kernel whose launch found this report waiting and was therefore
+        not made (it might read what the failed launch left incomplete); None
+        when the report came at a synchronization.
     """
 
-    def __init__(self, kernel, capacity, requested, failed=None):
+    def __init__(self, kernel, capacity, requested, failed, not_launched=None):
         self.kernel = kernel
         self.capacity = capacity
         self.requested = requested
         self.failed = failed
-        if requested < 0:
-            asked = f"an invalid (negative) size, {requested} bytes"
-        else:
-            asked = f"{requested} bytes"
-        count = "" if failed is None else f"; {failed} allocation(s) failed"
-        super().__init__(
-            f"arena overflow in kernel {kernel!r}: an allocation asked for {asked} "
-            f"and the arena's capacity is {capacity} bytes{count}. "
-            "Make the arena larger or allocate less per launch or frame."
+        self.not_launched = not_launched
+        skipped = (
+            ""
+            if not_launched is None
+            else f" The launch of {not_launched!r} that found this report was not made."
         )
+        super().__init__(
+            f"arena overflow in kernel {kernel!r}: {failed} allocation(s) failed, the "
+            f"largest asking for {_asked(requested)}, and the arena's capacity is "
+            f"{capacity} bytes. Make the arena larger or allocate less per launch or "
+            f"frame.{skipped}"
+        )
+
+
+class ArenaOverflowWarning(RuntimeWarning):
+    """An arena was dropped without `Arena.close()` while an overflow was unreported."""

@@ -8,7 +8,7 @@ and generates a wrapper kernel around it::
         hdr = array_at(header address of handle)
         warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
         user(make_arena(handle, ...), a, b)    # the user's code, given an ArenaType value
-        leave_block(hdr, state, slot)          # the block's last thread flushes its count
+        leave_block(hdr, state, slot, seq)     # the block's last thread flushes its counts
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba
@@ -18,6 +18,7 @@ kernel. One wrapper is compiled per (strategy, align) of the arenas it meets.
 import functools
 import inspect
 import math
+import operator
 import textwrap
 from contextlib import contextmanager
 
@@ -29,32 +30,50 @@ from .arena import Arena
 from .device_memory import SIMULATOR, array_at
 
 if SIMULATOR:
-    from .sim_arena import arena_maker
+    from .sim_arena import arena_maker, simulated_launch
     from .simwarp import enter_lane, exit_lane
 else:
     from .numba_arena import ArenaType, arena_maker
 
 __all__ = ["Kernel", "kernel"]
 
+# The wrapper's own names are spelt with a prefix no parameter of the user's
+# function starts with (see `_reserved_names`), so none can capture them.
 _BODY = """\
-state = cuda.shared.array(BLOCK_WORDS, int64)
-hdr = array_at(handle & ADDRESS_MASK, HEADER_WORDS)
-slot = handle & SLOT_MASK
-warp = enter_block(hdr, state, slot)
-user(make_arena(handle, hdr[CAPACITY], warp, state){params})
-leave_block(hdr, state, slot)
+{state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
+{hdr} = {array_at}({handle} & {ADDRESS_MASK}, {HEADER_WORDS})
+{slot} = {handle} & {SLOT_MASK}
+{warp} = {enter_block}({hdr}, {state}, {slot})
+{user}({make_arena}({handle}, {hdr}[{CAPACITY}], {warp}, {state}){params})
+{leave_block}({hdr}, {state}, {slot}, ({handle} >> {SEQ_SHIFT}) & {SEQ_MASK})
 """
 
-_GPU_WRAPPER = "def {name}(handle{params}):\n" + textwrap.indent(_BODY, " " * 4)
+_GPU_WRAPPER = "def {name}({handle}{params}):\n" + textwrap.indent(_BODY, " " * 4)
 
 # In the simulator each thread also registers as a lane of its warp (simwarp).
 _SIM_WRAPPER = (
-    "def {name}(launch{params}):\n"
-    "    handle, warps = launch\n"
-    "    enter_lane(warps)\n"
+    "def {name}({launch}{params}):\n"
+    "    {handle}, {warps} = {launch}\n"
+    "    {enter_lane}({warps})\n"
     "    try:\n" + textwrap.indent(_BODY, " " * 8) + "    finally:\n"
-    "        exit_lane()\n"
+    "        {exit_lane}()\n"
 )
+
+_LOCALS = ("handle", "launch", "warps", "state", "hdr", "slot", "warp")
+_CONSTANTS = (
+    "BLOCK_WORDS", "HEADER_WORDS", "ADDRESS_MASK", "SLOT_MASK", "CAPACITY", "SEQ_SHIFT",
+    "SEQ_MASK",
+)  # fmt: skip
+
+
+def _reserved_names(params, globals_):
+    """The wrapper's names for its locals and globals: a prefix that no name in
+    `params` starts with, so that every valid parameter name works."""
+    prefix = "_devalloc_"
+    while any(name.startswith(prefix) for name in params):
+        prefix = "_" + prefix
+    return {name: prefix + name for name in (*_LOCALS, *globals_)}
+
 
 # cuda.jit options that also shape the user's function, compiled as a device function.
 _DEVICE_OPTIONS = ("debug", "lineinfo", "fastmath", "opt")
@@ -75,10 +94,6 @@ def _user_parameters(py_func):
             f"{py_func.__qualname__}{signature})"
         )
     return [p.name for p in params[1:]]
-
-
-def _count(dim):
-    return dim if isinstance(dim, int) else math.prod(dim)
 
 
 class Kernel:
@@ -117,13 +132,10 @@ class Kernel:
 
     def wrapper_source(self, strategy="warp_slab", align=256):
         """The generated wrapper kernel's Python function (for inspection and PTX)."""
-        template = _SIM_WRAPPER if SIMULATOR else _GPU_WRAPPER
-        params = "".join(f", {name}" for name in self._params)
-        source = template.format(name=self.__name__, params=params)
         make_arena = (
             arena_maker(strategy, align) if SIMULATOR else arena_maker(ArenaType(strategy, align))
         )
-        namespace = {
+        values = {
             "cuda": cuda,
             "int64": int64,
             "array_at": array_at,
@@ -131,17 +143,22 @@ class Kernel:
             "leave_block": leave_block,
             "make_arena": make_arena,
             "user": self._user,
-            "BLOCK_WORDS": L.BLOCK_WORDS,
-            "HEADER_WORDS": L.HEADER_WORDS,
-            "ADDRESS_MASK": L.ADDRESS_MASK,
-            "SLOT_MASK": L.SLOT_MASK,
-            "CAPACITY": L.CAPACITY,
         }
         if SIMULATOR:
-            namespace.update(enter_lane=enter_lane, exit_lane=exit_lane)
+            values.update(enter_lane=enter_lane, exit_lane=exit_lane)
+        name = self.__name__ if self.__name__.isidentifier() else "devalloc_kernel"
+        names = _reserved_names([*self._params, name], values)
+        template = _SIM_WRAPPER if SIMULATOR else _GPU_WRAPPER
+        source = template.format(
+            name=name,
+            params="".join(f", {param}" for param in self._params),
+            **names,
+            **{constant: getattr(L, constant) for constant in _CONSTANTS},
+        )
+        namespace = {names[key]: value for key, value in values.items()}
         filename = f"<devalloc kernel {self.__qualname__} {strategy} align={align}>"
         exec(compile(source, filename, "exec"), namespace)
-        return namespace[self.__name__]
+        return namespace[name]
 
     def dispatcher(self, strategy, align):
         key = (strategy, align)
@@ -164,6 +181,27 @@ class Kernel:
         return ptx
 
 
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+_MAX_BLOCK = (1024, 1024, 64)
+
+
+def _launch_dims(value, what, limits):
+    """A grid or block size as a tuple of 1-3 positive ints within CUDA's limits."""
+    try:
+        dims = (operator.index(value),)
+    except TypeError:
+        try:
+            dims = tuple(operator.index(d) for d in value)
+        except TypeError:
+            dims = ()
+    if not 1 <= len(dims) <= 3 or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints (got {value!r})")
+    for dim, limit, axis in zip(dims, limits, "xyz"):
+        if not 1 <= dim <= limit:
+            raise ValueError(f"{what} must be 1 to {limit} along {axis} (got {value!r})")
+    return dims
+
+
 class _Launcher:
     """``kernel[grid, block(, stream(, sharedmem))]``: callable with the arena first."""
 
@@ -175,13 +213,18 @@ class _Launcher:
                 "a launch configuration is [blocks, threads], [blocks, threads, stream] "
                 f"or [blocks, threads, stream, sharedmem] (got {config!r})"
             )
+        blocks = _launch_dims(config[0], "the number of blocks", _MAX_GRID)
+        threads = math.prod(_launch_dims(config[1], "the threads per block", _MAX_BLOCK))
+        if threads > L.MAX_BLOCK_THREADS:
+            raise ValueError(
+                f"a block has at most {L.MAX_BLOCK_THREADS} threads (got {config[1]!r}: {threads})"
+            )
         self._kernel = kernel
         self._name = kernel.__qualname__
         self._griddim = config[0]
         self._rest = config[1:]
         self._stream = config[2] if len(config) > 2 else 0
-        threads = _count(config[1])
-        self._warps = _count(config[0]) * -(-threads // 32)
+        self._warps = math.prod(blocks) * -(-threads // 32)
         self._configured = {}
 
     def __call__(self, arena, *args):
@@ -189,8 +232,15 @@ class _Launcher:
             launch = self._configured[arena._kernel_key]
         except (AttributeError, KeyError):
             launch = self._configure(arena)
-        launch(arena._begin_launch(self._name, self._warps, self._stream), *args)
-        arena._end_launch()
+        with arena._lock:
+            handle = arena._begin_launch(self._name, self._warps, self._stream)
+            try:
+                launch(handle, *args)
+            except BaseException:
+                if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
+                    arena._end_launch()
+                raise
+            arena._end_launch()
 
     def _configure(self, arena):
         """The Numba launch of the wrapper compiled for this arena's type."""
@@ -201,11 +251,8 @@ class _Launcher:
             )
         dispatcher = self._kernel.dispatcher(*arena._kernel_key)
         config = (self._griddim, *self._rest)
-        if SIMULATOR:  # the simulator's kernels keep their configuration: set it each time
-
-            def launch(handle, *args):
-                dispatcher[config]((handle, {}), *args)
-
+        if SIMULATOR:
+            launch = simulated_launch(dispatcher, config)
         else:
             launch = dispatcher[config]
         self._configured[arena._kernel_key] = launch

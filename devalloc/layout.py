@@ -18,21 +18,29 @@ host switching slots for the next launch: no memset, no extra CUDA call.
 
 HEADER_BYTES = 256
 GRANULE = 16  # small allocations are packed on 16-byte granules (CUDA malloc's guarantee)
+# Largest data region: slab words hold granule numbers in 63 - REM_BITS bits, and
+# the cursor (int64) must not wrap however many requests run past the end at once.
+MAX_CAPACITY = 1 << 42
 
 # -- header words (int64) ---------------------------------------------------------
 SLOT_WORDS = 4
-CURSOR = 0  # bytes taken from the data region by this slot (may pass capacity on failure)
+CURSOR = 0  # bytes taken from the data region by this slot (passes capacity only
+#             while a request that ran past the end puts it back)
 ALLOCS = 1  # successful allocations
 FAILED = 2  # failed allocations
-ASKED = 3  # largest failed request, bytes
 
 PEAK = 8  # largest `CURSOR` of any folded slot (clamped to capacity)
 TOTAL_ALLOCS = 9
 TOTAL_FAILED = 10
-FAIL_EVENTS = 11  # failures ever recorded; numbers the host failure record
+FAIL_EVENTS = 11  # blocks that ever saw a failure; copied into the host failure record
 CAPACITY = 12
 FAIL_RECORD = 13  # device address of the host-mapped failure record
-HEADER_WORDS = 16
+# Failures the host has not reported yet: it reads and clears them after a sync.
+PENDING_FAILED = 14  # how many
+PENDING_ASKED = 15  # the largest request among them, bytes (NOTHING_ASKED if none)
+PENDING_SEQ = 16  # 1 + sequence number (mod 2**SEQ_BITS) of the first launch among them
+HEADER_WORDS = 32
+NOTHING_ASKED = -(1 << 63)
 
 
 def slot_base(slot):
@@ -40,17 +48,18 @@ def slot_base(slot):
 
 
 # -- host-mapped failure record (int64), written by the device, polled by the host ---
-REC_EVENT = 0  # FAIL_EVENTS value of the latest failure (written last)
-REC_SEQ = 1  # launch sequence number (mod 2**SEQ_BITS) of that failure
-REC_ASKED = 2  # bytes it asked for
+REC_EVENT = 0  # FAIL_EVENTS after the latest failure: the host compares it with what it saw
 RECORD_WORDS = 4
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
 MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
+MAX_BLOCK_THREADS = MAX_WARPS * 32
 BLOCK_ALLOCS = MAX_WARPS  # successful allocations of this block, flushed at block exit
 BLOCK_LIVE = MAX_WARPS + 1  # threads of this block still running
 BLOCK_SLAB = MAX_WARPS + 2  # the block's slab, from which its warps' slabs are carved
-BLOCK_WORDS = MAX_WARPS + 3
+BLOCK_FAILED = MAX_WARPS + 3  # failed allocations of this block, flushed at block exit
+BLOCK_ASKED = MAX_WARPS + 4  # the largest of them, bytes
+BLOCK_WORDS = MAX_WARPS + 5
 
 # A slab word (warp or block): (next free granule) << REM_BITS | (granules left).
 REM_BITS = 24

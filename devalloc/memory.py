@@ -10,6 +10,7 @@
     A numpy buffer registered as simulated device memory.
 """
 
+import os
 from contextlib import nullcontext
 
 import numpy as np
@@ -17,6 +18,7 @@ from numba import cuda
 
 from . import layout as L
 from .device_memory import SIMULATOR
+from .errors import DeviceMemoryError, NoGpuError
 
 if SIMULATOR:
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -25,6 +27,7 @@ if SIMULATOR:
 else:
     from numba.cuda.cudadrv import driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    from numba.cuda.cudadrv.error import CudaSupportError
 
 __all__ = ["GpuMemory", "Memory", "SimMemory"]
 
@@ -46,11 +49,27 @@ def _header_offset(base_address, align):
     return data - L.HEADER_BYTES - base_address
 
 
+def _is_out_of_memory(error):
+    return "OUT_OF_MEMORY" in str(getattr(error, "code", ""))
+
+
 class GpuMemory:
     def __init__(self, capacity, align, device):
         self.device = device
+        size = _padded_size(capacity, align)
+        try:
+            with self._context():
+                context = cuda.current_context()
+                try:
+                    self._mem = context.memalloc(size)
+                except driver.CudaAPIError as error:
+                    if not _is_out_of_memory(error):
+                        raise
+                    free, _ = context.get_memory_info()
+                    raise DeviceMemoryError(capacity, free, f"GPU {context.device.id}") from None
+        except CudaSupportError as error:
+            raise NoGpuError(error) from None
         with self._context():
-            self._mem = cuda.current_context().memalloc(_padded_size(capacity, align))
             base = self._mem.device_ctypes_pointer.value
             self._header_offset = _header_offset(base, align)
             self.header_address = base + self._header_offset
@@ -62,9 +81,11 @@ class GpuMemory:
     def _context(self):
         return cuda.gpus[self.device] if self.device is not None else nullcontext()
 
-    def write_header(self, words):
+    def write_header(self, words, first=0):
+        """Write `words` (int64) into the header from word `first` on."""
+        start = self._header_offset + 8 * first
         with self._context():
-            driver.host_to_device(self._mem.view(self._header_offset), words, words.nbytes)
+            driver.host_to_device(self._mem.view(start), words, words.nbytes)
 
     def read_header(self, words):
         with self._context():
@@ -94,6 +115,8 @@ class GpuMemory:
         # Drop the references: Numba frees the memory once the last device_view
         # over it is gone too, so a view kept past close() never dangles. Then
         # flush Numba's deferred frees, so that closing gives the memory back now.
+        if self._mem is None:
+            return
         self._mem = None
         self.record = None
         with self._context():
@@ -106,15 +129,23 @@ class SimMemory:
             raise ValueError(f"the CUDA simulator has one device, 0 (got device={device!r})")
         self.device = device
         # numpy gives no 256-byte alignment, unlike cudaMalloc: pad for the worst case.
-        self._buffer = np.zeros(L.HEADER_BYTES + capacity + _boundary(align), np.uint8)
+        size = L.HEADER_BYTES + capacity + _boundary(align)
+        try:
+            self._buffer = np.zeros(size, np.uint8)
+        except MemoryError:
+            try:
+                free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            except (ValueError, OSError, AttributeError):
+                free = None
+            raise DeviceMemoryError(capacity, free, "the simulator's host") from None
         base = register_buffer(self._buffer)
         self.header_address = base + _header_offset(base, align)
         self._record_buffer = np.zeros(L.RECORD_WORDS * 8, np.uint8)
         self.record_address = register_buffer(self._record_buffer)
         self.record = self._record_buffer.view(np.int64)
 
-    def write_header(self, words):
-        bytes_at(self.header_address, words.nbytes)[:] = words.view(np.uint8)
+    def write_header(self, words, first=0):
+        bytes_at(self.header_address + 8 * first, words.nbytes)[:] = words.view(np.uint8)
 
     def read_header(self, words):
         words.view(np.uint8)[:] = bytes_at(self.header_address, words.nbytes)
@@ -133,8 +164,11 @@ class SimMemory:
         pass
 
     def free(self):
+        if self._buffer is None:
+            return
         unregister_buffer(self._buffer)
         unregister_buffer(self._record_buffer)
+        self._buffer = self._record_buffer = None
 
 
 Memory = SimMemory if SIMULATOR else GpuMemory

@@ -19,8 +19,11 @@ from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload_met
 from numba.cuda.np.numpy_support import as_dtype, carray
 
 from . import layout as L
-from .allocator import bump_alloc, request_bytes, slab_alloc
+from .allocator import group_alloc, request_bytes
 from .device_memory import array_at, device_function, global_pointer, numba_dtype
+from .numba_compat import keep_stores_into_arrays
+
+keep_stores_into_arrays()
 
 __all__ = ["ArenaType", "arena_maker"]
 
@@ -152,22 +155,15 @@ def _shape_kind(shape, method):
 
 def _allocator(arena):
     align = arena.align
-    if arena.strategy == "bump":
+    direct = arena.strategy == "bump"
 
-        def allocate(arena, nbytes):
-            hdr = array_at(arena._header, L.HEADER_WORDS)
-            state = carray(arena._state, L.BLOCK_WORDS)
-            return bump_alloc(hdr, state, arena._slot, arena._seq, arena._capacity, align, nbytes)
-
-    else:
-
-        def allocate(arena, nbytes):
-            hdr = array_at(arena._header, L.HEADER_WORDS)
-            state = carray(arena._state, L.BLOCK_WORDS)
-            return slab_alloc(
-                hdr, state, arena._warp, arena._slot, arena._seq,
-                arena._capacity, align, arena._log2_slab, nbytes,
-            )  # fmt: skip
+    def allocate(arena, nbytes):
+        hdr = array_at(arena._header, L.HEADER_WORDS)
+        state = carray(arena._state, L.BLOCK_WORDS)
+        return group_alloc(
+            hdr, state, arena._warp, arena._slot, arena._capacity, align, arena._log2_slab,
+            nbytes, direct,
+        )  # fmt: skip
 
     return device_function(allocate)
 
@@ -229,15 +225,22 @@ def arena_view(arena, offset, shape, dtype):
 
         def impl(arena, offset, shape, dtype):
             keep = fits(arena, offset, request_bytes(shape, itemsize), itemsize)
-            return carray(global_pointer(arena._data + offset, dtype), shape * keep)
+            return carray(global_pointer(view_address(arena, offset, keep), dtype), shape * keep)
 
         return impl
 
     def impl(arena, offset, shape, dtype):
         keep = fits(arena, offset, request_bytes(count(shape), itemsize), itemsize)
-        return carray(global_pointer(arena._data + offset, dtype), dims(shape, keep))
+        return carray(global_pointer(view_address(arena, offset, keep), dtype), dims(shape, keep))
 
     return impl
+
+
+@cuda.jit(device=True, inline="always")
+def view_address(arena, offset, keep):
+    """Where a view starts: at `offset`, or, refused, at offset -1 like a failed
+    allocation (arithmetic, not a conditional: see the note on shapes above)."""
+    return arena._data + (offset + 1) * keep - 1
 
 
 @cuda.jit(device=True, inline="always")

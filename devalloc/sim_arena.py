@@ -1,48 +1,60 @@
-"""Simulator glue: the Arena a kernel sees under ``NUMBA_ENABLE_CUDASIM=1``.
+"""Simulator glue: the Arena a kernel sees under ``NUMBA_ENABLE_CUDASIM=1``, and
+how a devalloc kernel is launched there.
 
 The simulator cannot run custom Numba types, so a simulated kernel receives this
 plain Python object instead. It has the methods and semantics of the GPU type
-(`numba_arena`) and runs the very same allocator functions, over simulated
-device memory (`device_memory`), with the warp stand-ins of `simwarp`.
+(`numba_arena`), accepts and refuses what the GPU's compiler does, and runs the
+very same allocator functions over simulated device memory (`device_memory`),
+with the warp stand-ins of `simwarp`.
 """
 
 import math
 import operator
+import threading
 
 import numpy as np
 
 from . import layout as L
-from .allocator import bump_alloc, request_bytes, slab_alloc
-from .device_memory import array_at, bytes_at
+from .allocator import group_alloc, request_bytes
+from .device_memory import array_at, buffer_at
 
-__all__ = ["SimKernelArena", "arena_maker"]
+__all__ = ["SimKernelArena", "arena_maker", "simulated_launch"]
 
 _KINDS = "biufc"  # bool, int, uint, float, complex
+_DTYPE_HINT = "dtype must be a NumPy number or bool type such as np.float32"
 
 
 def _dtype(dtype, method):
-    try:
+    """What the GPU's typing accepts: a NumPy scalar type or a dtype object, not
+    Python's `float`, a string or None."""
+    if isinstance(dtype, type) and issubclass(dtype, np.generic):
         dtype = np.dtype(dtype)
-    except TypeError:
-        dtype = None
-    if dtype is None or dtype.kind not in _KINDS:
-        raise TypeError(
-            f"arena.{method}: dtype must be a NumPy number or bool type such as "
-            f"np.float32 (got {dtype!r})"
-        )
+    if not isinstance(dtype, np.dtype) or dtype.kind not in _KINDS:
+        raise TypeError(f"arena.{method}: {_DTYPE_HINT} (got {dtype!r})")
     return dtype
 
 
+def _index(value):
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError
+    return operator.index(value)
+
+
 def _dims(shape, method):
-    """The shape as a tuple of ints, and its element count (-1 if a dim is negative)."""
+    """The shape as a tuple of ints, and its element count: as the GPU counts, an
+    int shape is the count itself, and a tuple with a negative dim counts -1."""
     try:
-        dims = (operator.index(shape),)
+        dims = (_index(shape),)
+        return dims, min(dims[0], 1 << 62)
     except TypeError:
-        if not isinstance(shape, tuple) or not shape:
+        try:
+            if not isinstance(shape, tuple) or not shape:
+                raise TypeError
+            dims = tuple(_index(dim) for dim in shape)
+        except TypeError:
             raise TypeError(
                 f"arena.{method}: shape must be an int or a non-empty tuple of ints (got {shape!r})"
             ) from None
-        dims = tuple(operator.index(dim) for dim in shape)
     count = -1 if any(dim < 0 for dim in dims) else min(math.prod(dims), 1 << 62)
     return dims, count
 
@@ -51,43 +63,40 @@ class SimKernelArena:
     """An arena as a simulated kernel sees it."""
 
     __slots__ = (
-        "_align", "_capacity", "_data", "_header", "_log2_slab", "_seq", "_slot",
-        "_state", "_strategy", "_warp",
+        "_align", "_capacity", "_data", "_direct", "_header", "_log2_slab", "_slot",
+        "_state", "_warp",
     )  # fmt: skip
 
     def __init__(self, strategy, align, handle, capacity, warp, state):
-        self._strategy = strategy
+        self._direct = strategy == "bump"
         self._align = align
         self._header = handle & L.ADDRESS_MASK
         self._data = self._header + L.HEADER_BYTES
         self._capacity = int(capacity)
         self._slot = handle & L.SLOT_MASK
         self._log2_slab = (handle >> L.SLAB_SHIFT) & L.SLAB_MASK
-        self._seq = (handle >> L.SEQ_SHIFT) & L.SEQ_MASK
         self._warp = warp
         self._state = state
 
     def _array(self, offset, dims, dtype, keep):
         if not keep:  # zero-size, at offset -1 as on the GPU
             offset, dims = -1, (0,) * len(dims)
-        nbytes = math.prod(dims) * dtype.itemsize
-        return bytes_at(self._data + offset, nbytes).view(dtype).reshape(dims)
+        # Built on the whole buffer, so that a zero-size array keeps its address
+        # too (numpy moves a zero-size slice to the start of its base).
+        buffer, index = buffer_at(self._data + offset)
+        return np.ndarray(dims, dtype, buffer=buffer, offset=index)
 
     def alloc(self, shape, dtype):
         dtype = _dtype(dtype, "alloc")
         dims, count = _dims(shape, "alloc")
         nbytes = request_bytes(count, dtype.itemsize)
         hdr = array_at(self._header, L.HEADER_WORDS)
-        if self._strategy == "bump":
-            offset = bump_alloc(
-                hdr, self._state, self._slot, self._seq, self._capacity, self._align, nbytes
+        offset = int(
+            group_alloc(
+                hdr, self._state, self._warp, self._slot, self._capacity, self._align,
+                self._log2_slab, nbytes, self._direct,
             )
-        else:
-            offset = slab_alloc(
-                hdr, self._state, self._warp, self._slot, self._seq, self._capacity,
-                self._align, self._log2_slab, nbytes,
-            )  # fmt: skip
-        offset = int(offset)
+        )  # fmt: skip
         return self._array(offset, dims, dtype, offset >= 0 or nbytes == 0)
 
     def offset(self, array):
@@ -98,7 +107,10 @@ class SimKernelArena:
     def view(self, offset, shape, dtype):
         dtype = _dtype(dtype, "view")
         dims, count = _dims(shape, "view")
-        offset = operator.index(offset)
+        try:
+            offset = _index(offset)
+        except TypeError:
+            raise TypeError(f"arena.view: offset must be an int (got {offset!r})") from None
         nbytes = request_bytes(count, dtype.itemsize)
         keep = (
             offset >= 0
@@ -116,3 +128,37 @@ def arena_maker(strategy, align):
         return SimKernelArena(strategy, align, handle, capacity, warp, state)
 
     return make_arena
+
+
+# Numba's simulator runs one kernel at a time in a process (a second launch from
+# another thread would run as a device-function call on that thread).
+_one_kernel_at_a_time = threading.Lock()
+_JOIN_SECONDS = 30
+
+
+def _refuse_runtime_dtypes(args):
+    for arg in args:
+        if isinstance(arg, np.dtype) or (isinstance(arg, type) and issubclass(arg, np.generic)):
+            raise TypeError(
+                f"a dtype cannot be a kernel argument (got {arg!r}): the GPU compiles "
+                "arena.alloc for one dtype, so name it in the kernel (np.float32)"
+            )
+
+
+def simulated_launch(dispatcher, config):
+    """Launch the wrapper with its configuration, one kernel at a time; after an
+    exception, wait for the lanes still running to stop before returning, so
+    that nothing of this launch runs into the next."""
+
+    def launch(handle, *args):
+        _refuse_runtime_dtypes(args)
+        warps = {}
+        with _one_kernel_at_a_time:
+            try:
+                dispatcher[config]((handle, warps), *args)
+            finally:
+                for warp in list(warps.values()):
+                    for thread in list(warp.threads.values()):
+                        thread.join(_JOIN_SECONDS)
+
+    return launch

@@ -21,6 +21,7 @@ finished on exit.
 import math
 import sys
 import threading
+import time
 
 FULL_MASK = 0xFFFFFFFF
 WARP_SIZE = 32
@@ -32,6 +33,7 @@ __all__ = [
     "ballot_sync",
     "enter_lane",
     "exit_lane",
+    "pause",
     "shfl_sync",
     "shfl_up_sync",
 ]
@@ -120,8 +122,11 @@ def exit_lane():
 
 
 def _current_lane():
+    thread = threading.current_thread()
+    if getattr(thread, "abort", False):
+        raise RuntimeError("simulated kernel aborted by another thread's exception")
     try:
-        return threading.current_thread()._devalloc_lane
+        return thread._devalloc_lane
     except AttributeError:
         raise WarpError(
             "devalloc's simulated warp primitives work only in kernels launched "
@@ -231,3 +236,9 @@ def shfl_up_sync(mask, value, delta):
     _, lane = _current_lane()
     src = lane - int(delta)
     return _collective("shfl", mask, (value, src if src >= 0 else lane))
+
+
+def pause():
+    """Let the other simulated threads run while this one waits for them."""
+    _current_lane()  # stops a lane whose kernel was aborted
+    time.sleep(0)

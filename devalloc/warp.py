@@ -13,12 +13,13 @@ __all__ = [
     "WARP_SIZE",
     "activemask",
     "ballot_sync",
+    "pause",
     "shfl_sync",
     "shfl_up_sync",
 ]
 
 if SIMULATOR:
-    from .simwarp import activemask, ballot_sync, shfl_sync, shfl_up_sync
+    from .simwarp import activemask, ballot_sync, pause, shfl_sync, shfl_up_sync
 else:
     # Numba types these only as attributes of the cuda module; thin inlined
     # device functions give the allocator names it can import.
@@ -38,3 +39,8 @@ else:
     @device_function
     def shfl_up_sync(mask, value, delta):
         return cuda.shfl_up_sync(mask, value, delta)
+
+    @device_function
+    def pause():
+        """Back off while waiting for another warp (a refill, the cursor put back)."""
+        cuda.nanosleep(32)

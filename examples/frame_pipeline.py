@@ -89,7 +89,15 @@ def input_images(path):
         for name in files:
             yield as_rgb(iio.imread(name))
     else:
-        for frame in iio.imiter(path):
+        try:
+            frames = iio.imiter(path)
+            first = next(frames)
+        except StopIteration:
+            raise SystemExit(f"--input {path}: no frames in it") from None
+        except Exception as error:  # imageio names no single error class for this
+            raise SystemExit(f"--input {path}: cannot read it as a video ({error})") from None
+        yield as_rgb(first)
+        for frame in frames:
             yield as_rgb(frame)
 
 
@@ -481,6 +489,8 @@ def main(argv=None):
     warmup = args.warmup if args.warmup is not None else (3 if gpu else 0)
     if frames < 1 or warmup < 0:
         parser.error("--frames must be at least 1 and --warmup at least 0")
+    if args.input is not None and not Path(args.input).exists():
+        parser.error(f"--input {args.input}: no such file or folder")
     where = (
         cuda.get_current_device().name
         if gpu

@@ -47,24 +47,47 @@ class Cfg:
     def count(self, index, fragment):
         return sum(fragment in line for line in self.blocks[index])
 
-    def path_counts(self, start, end, fragment, avoid=(), through=None):
-        """The numbers of times `fragment` occurs along the simple paths from block
-        `start` to block `end` that enter no block holding one of `avoid` (and,
-        if given, pass a block holding `through`)."""
-        results = set()
+    def path_counts(self, start, end, fragment, avoid=(), through=None, cap=8):
+        """The numbers of times `fragment` occurs (counted up to `cap`) along the
+        paths from block `start` to block `end` that take no loop's back edge
+        (the first pass through every loop), enter no block holding one of
+        `avoid`, and, if `through` is given, pass a block holding it.
 
-        def walk(node, seen, total):
-            if any(self.count(node, bad) for bad in avoid):
-                return
-            total += self.count(node, fragment)
-            if node == end:
-                path = seen | {node}
-                if through is None or any(self.count(b, through) for b in path):
-                    results.add(total)
-                return
+        Dynamic programming over the loop-free graph: linear in its size, where
+        enumerating paths is exponential in the number of branches."""
+        blocked = {i for i in range(len(self.blocks)) if any(self.count(i, a) for a in avoid)}
+        if start in blocked:
+            return set()
+        # Depth-first order from `start`; an edge to a block on the stack is a back edge.
+        order, back, state = [], set(), {}
+        stack = [(start, iter(self.successors[start]))]
+        state[start] = "open"
+        while stack:
+            node, successors = stack[-1]
+            for nxt in successors:
+                if nxt in blocked:
+                    continue
+                if state.get(nxt) == "open":
+                    back.add((node, nxt))
+                elif nxt not in state:
+                    state[nxt] = "open"
+                    stack.append((nxt, iter(self.successors[nxt])))
+                    break
+            else:
+                stack.pop()
+                state[node] = "done"
+                order.append(node)
+        order.reverse()  # a topological order of the loop-free graph
+        reach = {start: set()}
+        for node in order:
+            if node not in reach:
+                continue
+            here = self.count(node, fragment)
+            passed = through is not None and self.count(node, through) > 0
+            incoming = reach[node] or ({(0, False)} if node == start else set())
+            states = {(min(c + here, cap), t or passed) for c, t in incoming}
+            reach[node] = states
             for nxt in self.successors[node]:
-                if nxt not in seen:
-                    walk(nxt, seen | {node}, total)
-
-        walk(start, frozenset(), 0)
-        return results
+                if nxt not in blocked and (node, nxt) not in back:
+                    reach.setdefault(nxt, set()).update(states)
+        return {c for c, t in reach.get(end, set()) if through is None or t}

@@ -17,7 +17,8 @@ PIPELINE = ROOT / "examples" / "frame_pipeline.py"
 
 
 def run_pipeline(*args, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
     return subprocess.run(
         [sys.executable, str(PIPELINE), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
@@ -59,14 +60,45 @@ def test_frame_pipeline_reads_a_folder_of_images(tmp_path):
         image[:, 8 * (i + 1) :] = 200  # an edge that moves
         image += rng.integers(0, 20, image.shape, dtype=np.uint8)
         iio.imwrite(frames / f"frame{i}.png", image)
-    out = tmp_path / "out"
+    row = run_on_input(frames, 2, tmp_path / "out")
+    assert (row["mode"], row["frames"], row["mallocs_per_frame"]) == ("devalloc", 2, 0)
+
+
+def run_on_input(path, frames, out):
+    """The devalloc mode over `frames` frames of --input `path`; its results row."""
     result = run_pipeline(
-        "--input", str(frames), "--mode", "devalloc", "--size", "32x16",
-        "--frames", "2", "--warmup", "0", "--out", str(out),
+        "--input", str(path), "--mode", "devalloc", "--size", "32x16",
+        "--frames", str(frames), "--warmup", "0", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (row,) = json.loads((out / "pipeline.json").read_text())["results"]
-    assert (row["mode"], row["frames"], row["mallocs_per_frame"]) == ("devalloc", 2, 0)
+    return row
+
+
+def test_frame_pipeline_reads_a_video(tmp_path):
+    pytest.importorskip("av", reason="the examples extra installs PyAV, the video reader")
+    import imageio.v3 as iio
+
+    frames = np.zeros((3, 24, 40, 3), np.uint8)
+    for i in range(3):
+        frames[i, :, 10 + 5 * i :] = 220  # an edge that moves
+    clip = tmp_path / "clip.mp4"
+    iio.imwrite(clip, frames, plugin="pyav", codec="mpeg4", fps=10)
+    row = run_on_input(clip, 3, tmp_path / "out")
+    assert (row["mode"], row["frames"]) == ("devalloc", 3)
+
+
+def test_frame_pipeline_says_what_is_wrong_with_its_input(tmp_path):
+    result = run_pipeline("--input", str(tmp_path / "missing.mp4"), timeout=120)
+    assert result.returncode == 2
+    assert "missing.mp4: no such file or folder" in result.stderr
+    assert "Traceback" not in result.stderr
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"not a video" * 10)
+    result = run_pipeline("--input", str(garbage), "--mode", "devalloc", timeout=120)
+    assert result.returncode != 0
+    assert "garbage.mp4: cannot read it as a video" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,9 @@ Run it on the H200 (see README), also under compute-sanitizer::
     compute-sanitizer --tool memcheck python -m pytest -m gpu tests/
 """
 
+import contextlib
+import gc
+import threading
 import time
 
 import numpy as np
@@ -76,9 +79,13 @@ def expected_requests(threads, calls, largest):
     return np.where(made, sizes, -1)
 
 
-def check_placement(arena, requests, offsets, lengths):
-    asked = requests > 0
-    ok = asked & (lengths > 0)
+def check_placement(arena, requests, offsets, lengths, made=None):
+    """Granted requests inside the arena, aligned, disjoint; nothing granted that
+    was not asked. `made`: the entries that were requests (default: the positive
+    ones, -1 marking none). Returns (granted, failed)."""
+    made = requests > 0 if made is None else made
+    ok = lengths > 0
+    assert (made | ~ok).all() and (requests > 0)[ok].all()
     np.testing.assert_array_equal(lengths[ok], requests[ok])
     start, size = offsets[ok], lengths[ok]
     assert (start >= 0).all() and (start + size <= arena.capacity).all()
@@ -86,7 +93,7 @@ def check_placement(arena, requests, offsets, lengths):
     assert (start % need == 0).all()
     order = np.argsort(start, kind="stable")
     assert (start[order][1:] >= (start + size)[order][:-1]).all(), "allocations overlap"
-    return int(ok.sum()), int((asked & (lengths == 0)).sum())
+    return int(ok.sum()), int((made & (requests != 0) & ~ok).sum())
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -236,3 +243,160 @@ def test_exactly_one_device_allocation(monkeypatch):
                 stamp[256, 256](arena, i, out)
         assert arena.stats().device_mallocs == 1
     assert len(calls) == 1
+
+
+# -- trust at scale (issue 7): random programs, host threads, dropped arenas ------------
+
+
+@devalloc.kernel
+def ask_table(arena, sizes, offsets, lengths):
+    """Thread t asks sizes[t, j] bytes in turn and fills each allocation with the
+    pattern `count_damaged` checks."""
+    t = cuda.grid(1)
+    if t < sizes.shape[0]:
+        for j in range(sizes.shape[1]):
+            buf = arena.alloc(sizes[t, j], np.uint8)
+            lengths[t, j] = buf.size
+            offsets[t, j] = arena.offset(buf)
+            for b in range(buf.size):
+                buf[b] = (t + j + b) & 0xFF
+
+
+def random_sizes(rng, threads, calls, capacity):
+    """Mostly small requests, with zero, negative, over-sized and huge ones mixed in."""
+    kind = rng.random((threads, calls))
+    sizes = rng.integers(1, 700, (threads, calls))
+    sizes[kind < 0.08] = 0
+    sizes[(kind >= 0.08) & (kind < 0.12)] = -rng.integers(1, 1 << 20)
+    sizes[(kind >= 0.12) & (kind < 0.14)] = capacity + 1 + rng.integers(0, 1 << 20)
+    sizes[(kind >= 0.14) & (kind < 0.15)] = 1 << 40
+    sizes[(kind >= 0.15) & (kind < 0.17)] = rng.integers(700, 1 << 16)
+    return sizes.astype(np.int64)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_random_programs_at_a_million_threads(strategy, rng):
+    """Launches in and out of frames, resets and checks, over a million threads each,
+    in arenas that sometimes overflow: placement holds, nothing is damaged, and
+    every failure is reported exactly once, with its count and largest size."""
+    threads, calls = MILLION + 333, 2
+    for step in range(6):
+        capacity = int(rng.choice([96 << 20, 3 << 30]))
+        reports = []
+        with devalloc.Arena(capacity, strategy=strategy) as arena:
+            in_frame = step % 2 == 1
+            launched = []
+            with arena.frame(check=False) if in_frame else contextlib.nullcontext():
+                for _ in range(2 if in_frame else 1):
+                    sizes = random_sizes(rng, threads, calls, capacity)
+                    offsets = cuda.to_device(np.full((threads, calls), -7, np.int64))
+                    lengths = cuda.to_device(np.full((threads, calls), -7, np.int64))
+                    try:
+                        ask_table[-(-threads // THREADS), THREADS](
+                            arena, cuda.to_device(sizes), offsets, lengths
+                        )
+                    except devalloc.ArenaOverflowError as report:
+                        # The first launch overflowed and had finished: this one
+                        # was not made, as DESIGN.md says.
+                        assert report.not_launched == "ask_table"
+                        reports.append(report)
+                        continue
+                    launched.append((sizes, offsets, lengths))
+                # Every launch's memory is intact after the frame's last launch.
+                damaged = sum(count_all_damaged(arena, o, n) for _, o, n in launched)
+            sizes = np.concatenate([s for s, _, _ in launched])
+            offsets = np.concatenate([o.copy_to_host() for _, o, _ in launched])
+            lengths = np.concatenate([n.copy_to_host() for _, _, n in launched])
+            failed_mask = (sizes != 0) & (lengths == 0)
+            try:
+                arena.check()
+            except devalloc.ArenaOverflowError as report:
+                assert report.not_launched is None
+                reports.append(report)
+            arena.check()  # exactly once
+            assert sum(r.failed for r in reports) == failed_mask.sum()
+            if failed_mask.any():
+                assert max(r.requested for r in reports) == sizes[failed_mask].max()
+            made, failed = check_placement(arena, sizes, offsets, lengths, made=sizes != 0)
+            assert failed == failed_mask.sum() and damaged == 0
+            assert ((sizes < 0) | (sizes > capacity)).sum() <= failed
+            stats = arena.stats()
+            assert (stats.total_allocs, stats.failed_allocs) == (made, failed)
+
+
+def count_all_damaged(arena, offsets, lengths):
+    damaged = cuda.to_device(np.zeros(1, np.int64))
+    memory = arena.device_view(0, arena.capacity, np.uint8)
+    rows = offsets.shape[0]
+    count_damaged[-(-rows // THREADS), THREADS](memory, offsets, lengths, damaged)
+    return int(damaged.copy_to_host()[0])
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one arena", "arena each"])
+def test_sixteen_host_threads_with_streams(shared):
+    """16 threads x 40 launches, each thread on its own stream, sharing one arena
+    (which orders them) or with one arena each: every output is right."""
+    common = devalloc.Arena(1 << 22)
+    wrong, errors = [], []
+
+    def work(i):
+        try:
+            stream = cuda.stream()
+            arena = common if shared else devalloc.Arena(1 << 22)
+            out = cuda.device_array(1 << 16, np.int64, stream=stream)
+            for n in range(40):
+                value = 1000 * i + n
+                stamp[256, 256, stream](arena, value, out)
+                got = out.copy_to_host(stream=stream)
+                stream.synchronize()
+                if not (got == value).all():
+                    wrong.append((i, n, int((got != value).sum())))
+            if not shared:
+                arena.close()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    common.close()
+    assert not errors and not wrong, (errors, wrong[:5])
+
+
+def test_ten_thousand_dropped_arenas_leave_device_memory_flat():
+    out = cuda.device_array(1 << 10, np.int64)
+    context = cuda.current_context()
+    gc.collect()
+    context.deallocations.clear()
+    free_before, _ = context.get_memory_info()
+    for i in range(10_000):
+        arena = devalloc.Arena(1 << 20)
+        if i % 100 == 0:
+            stamp[4, 256](arena, i, out)
+    del arena
+    gc.collect()
+    context.deallocations.clear()
+    free_after, _ = context.get_memory_info()
+    assert free_before - free_after < 16 << 20, (free_before, free_after)
+
+
+def test_a_plain_kernel_given_an_arena_is_told_what_to_do():
+    @cuda.jit
+    def plain(arena, out):
+        out[0] = 1
+
+    with devalloc.Arena(4096) as arena, pytest.raises(TypeError, match=r"@devalloc\.kernel"):
+        plain[1, 1](arena, cuda.device_array(1, np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.dtype(np.int16)], ids=["class", "dtype"])
+def test_a_dtype_passed_at_run_time_is_refused_on_the_gpu(dtype):
+    @devalloc.kernel
+    def typed(arena, dtype, out):
+        out[0] = arena.alloc(4, dtype).size
+
+    with devalloc.Arena(4096) as arena, pytest.raises(Exception) as info:
+        typed[1, 1](arena, dtype, cuda.device_array(1, np.int64))
+    print("run-time dtype on the GPU:", type(info.value).__name__, str(info.value)[:300])

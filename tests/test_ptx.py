@@ -85,6 +85,58 @@ def test_library_examples_from_the_design_compile():
 
 
 @pytest.mark.ptx
+def test_without_a_gpu_the_error_says_how_to_simulate():
+    if cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(devalloc.NoGpuError, match="NUMBA_ENABLE_CUDASIM=1"):
+        devalloc.Arena(1024)
+
+
+@pytest.mark.ptx
+def test_parameters_named_like_the_wrappers_variables_compile():
+    @devalloc.kernel
+    def handle(arena, handle, state, hdr, slot, warp, user, cuda, int64, _devalloc_handle):
+        buf = arena.alloc(2, np.int64)
+        buf[0] = state[0] + hdr[0] + slot[0] + warp[0] + user[0] + cuda[0] + int64[0]
+        handle[0] = buf[0] + _devalloc_handle[0]
+
+    vector = types.int64[::1]
+    for strategy in devalloc.STRATEGIES:
+        assert ".entry" in handle.ptx(*[vector] * 9, strategy=strategy, cc=CC)
+
+
+@pytest.mark.ptx
+@pytest.mark.parametrize("dtype", [float, "f4", None], ids=["float", "f4", "None"])
+def test_dtypes_the_simulator_refuses_are_refused_here_too(dtype):
+    @devalloc.kernel
+    def typed(arena, out):
+        out[0] = arena.alloc(4, dtype).size
+
+    with pytest.raises(Exception, match="dtype must be a NumPy number or bool type"):
+        typed.ptx(types.int64[::1], cc=CC)
+
+
+@pytest.mark.ptx
+@pytest.mark.parametrize("strategy", devalloc.STRATEGIES)
+def test_a_store_that_is_the_arrays_last_use_is_kept(strategy):
+    """numba-cuda's dead-code elimination dropped ``buf[buf.size - 1] = m`` (the
+    array's last use) on the H200: the data a kernel leaves in the arena must
+    reach memory (devalloc.numba_compat.keep_stores_into_arrays)."""
+
+    @devalloc.kernel
+    def mark_ends(arena, sizes, marks):
+        t = cuda.grid(1)
+        buf = arena.alloc(sizes[t], np.uint8)
+        if buf.size > 0:
+            buf[0] = marks[t]
+            buf[buf.size - 1] = marks[t]
+
+    ptx = mark_ends.ptx(types.int64[::1], types.int64[::1], strategy=strategy, cc=CC)
+    byte_stores = [line for line in ptx.splitlines() if line.strip().startswith("st.global.u8")]
+    assert len(byte_stores) == 2, byte_stores
+
+
+@pytest.mark.ptx
 def test_bad_dtype_is_a_typing_error_naming_what_arrived():
     @devalloc.kernel
     def bad(arena, out):
@@ -108,38 +160,57 @@ def one_alloc_cfg():
 def test_slab_hit_takes_no_global_atomic(one_alloc_cfg):
     cfg = one_alloc_cfg
     start = cfg.find("activemask")  # the allocation begins
-    end = cfg.find("atom.shared.add")  # the group's leader counts what it got
-    # A path through the CAS on the warp's slab word: a lane whose group got its
-    # chunk from the slab.
+    end = cfg.find("atom.shared.add", after=start)  # the group's leader counts what it got
+    # A path through a CAS on a slab word: a group that got its chunk from a slab.
     hits = cfg.path_counts(
         start, end, "atom.global", avoid=["membar.sys"], through="atom.shared.cas"
     )
     assert min(hits) == 0, hits
 
 
+def _chunk_kernel(direct):
+    from devalloc import layout as L
+    from devalloc.allocator import take_chunk
+
+    words, capacity = L.BLOCK_WORDS, L.CAPACITY
+
+    def chunk(hdr, granules, out):
+        state = cuda.shared.array(words, types.int64)
+        out[0] = take_chunk(hdr, state, 0, 0, hdr[capacity], 256, 12, granules, False, direct)
+
+    return chunk
+
+
+chunk_through_the_slabs = _chunk_kernel(direct=False)
+chunk_through_the_tail = _chunk_kernel(direct=True)
+
+
 @pytest.mark.ptx
-def test_warp_slab_refill_takes_at_most_one_global_atomic(one_alloc_cfg):
-    cfg = one_alloc_cfg
-    load = cfg.find("ld.shared.u64", after=cfg.find("activemask"))  # the warp's slab word
-    installs = [i for i in range(load, len(cfg.blocks)) if cfg.count(i, "atom.shared.exch")]
-    assert installs  # a dry slab is replaced
-    counts = set()
-    for install in installs:
-        counts |= cfg.path_counts(load, install, "atom.global")
-    # None when the block's slab has room; one when that too is dry.
+@pytest.mark.parametrize("direct", [False, True], ids=["warp_slab", "bump"])
+def test_a_chunk_takes_at_most_one_global_atomic(direct):
+    """One group's chunk, on its way through the slabs (without waiting for another
+    warp and without the end of the arena): none from a slab, one to refill."""
+    from devalloc.launch import compiling_for
+
+    chunk = chunk_through_the_slabs if not direct else chunk_through_the_tail
+    with compiling_for(CC):
+        ptx, _ = cuda.compile_ptx(chunk, (types.int64[::1], types.int64, types.int64[::1]), cc=CC)
+    cfg = Cfg(ptx)
+    end = next(i for i, block in enumerate(cfg.blocks) if block and block[-1] == "ret;")
+    counts = cfg.path_counts(0, end, "atom.global", avoid=["atom.global.cas", "nanosleep"])
     assert counts == {0, 1}, counts
 
 
 @pytest.mark.ptx
-def test_global_atomics_outside_failure_reports_only_take_from_the_cursor(one_alloc_cfg):
+def test_global_atomics_outside_failure_reports_only_move_the_cursor(one_alloc_cfg):
     cfg = one_alloc_cfg
-    start, end = cfg.find("activemask"), cfg.find("atom.shared.add")
-    rare = [  # block refills, chunks larger than a block slab, requests larger than a slab
-        line
-        for i in range(start, end + 1)
-        if not cfg.count(i, "membar.sys")
-        for line in cfg.blocks[i]
-        if "atom.global" in line or "red.global" in line
-    ]
-    assert 1 <= len(rare) <= 4, rare
-    assert all(line.startswith("atom.global.add.u64") for line in rare), rare
+    found = {
+        line.split()[0]
+        for i, block in enumerate(cfg.blocks)
+        if not cfg.count(i, "membar.sys")  # the block's failure report, at its exit
+        for line in block
+        if line.startswith(("atom.global", "red."))
+    }
+    # The cursor: taken from, put back after running past the end; the block's
+    # allocation count, flushed at its exit.
+    assert found == {"atom.global.add.u64", "atom.global.cas.b64", "red.add.u64"}, found

@@ -132,8 +132,8 @@ def test_one_warp_refills_a_dry_block_slab_while_the_others_wait(monkeypatch):
     take = allocator.take_from_arena
 
     @cuda.jit(device=True)
-    def slow_take(hdr, slot, capacity, nbytes):
-        got = take(hdr, slot, capacity, nbytes)
+    def slow_take(hdr, slot, capacity, want, least):
+        got = take(hdr, slot, capacity, want, least)
         time.sleep(0.005)  # the other warps run into the dry slab meanwhile
         return got
 
