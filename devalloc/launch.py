@@ -22,6 +22,7 @@ import operator
 import textwrap
 from contextlib import contextmanager
 
+import numpy as np
 from numba import cuda, int64, types
 
 from . import layout as L
@@ -181,6 +182,16 @@ class Kernel:
         return ptx
 
 
+def refuse_runtime_dtypes(args):
+    """A dtype cannot be a kernel argument: ``arena.alloc`` is compiled for one."""
+    for arg in args:
+        if isinstance(arg, np.dtype) or (isinstance(arg, type) and issubclass(arg, np.generic)):
+            raise TypeError(
+                f"a dtype cannot be a kernel argument (got {arg!r}): the GPU compiles "
+                "arena.alloc for one dtype, so name it in the kernel (np.float32)"
+            )
+
+
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 _MAX_BLOCK = (1024, 1024, 64)
 
@@ -232,6 +243,8 @@ class _Launcher:
             launch = self._configured[arena._kernel_key]
         except (AttributeError, KeyError):
             launch = self._configure(arena)
+        if SIMULATOR:  # the GPU refuses these while typing the launch
+            refuse_runtime_dtypes(args)
         with arena._lock:
             handle = arena._begin_launch(self._name, self._warps, self._stream)
             try:
@@ -239,6 +252,8 @@ class _Launcher:
             except BaseException:
                 if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
                     arena._end_launch()
+                else:  # nothing was queued; say why, if a dtype argument is why
+                    refuse_runtime_dtypes(args)
                 raise
             arena._end_launch()
 

@@ -136,22 +136,12 @@ _one_kernel_at_a_time = threading.Lock()
 _JOIN_SECONDS = 30
 
 
-def _refuse_runtime_dtypes(args):
-    for arg in args:
-        if isinstance(arg, np.dtype) or (isinstance(arg, type) and issubclass(arg, np.generic)):
-            raise TypeError(
-                f"a dtype cannot be a kernel argument (got {arg!r}): the GPU compiles "
-                "arena.alloc for one dtype, so name it in the kernel (np.float32)"
-            )
-
-
 def simulated_launch(dispatcher, config):
     """Launch the wrapper with its configuration, one kernel at a time; after an
     exception, wait for the lanes still running to stop before returning, so
     that nothing of this launch runs into the next."""
 
     def launch(handle, *args):
-        _refuse_runtime_dtypes(args)
         warps = {}
         with _one_kernel_at_a_time:
             try:

@@ -282,7 +282,6 @@ def test_dtypes_the_gpu_refuses_are_refused(strategy, dtype):
             typed[1, 1](arena, poisoned(1, np.int64))
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="the GPU refuses it while typing the launch")
 def test_a_dtype_passed_at_run_time_is_refused(strategy):
     @devalloc.kernel
     def typed(arena, dtype, out):
