@@ -42,25 +42,25 @@ if SIMULATOR:
             if _buffers.pop(base, None) is not None:
                 del _bases[bisect.bisect_left(_bases, base)]
 
-    def bytes_at(address, nbytes):
-        """The registered simulated device memory [address, address + nbytes)."""
+    def buffer_at(address, nbytes=0):
+        """(buffer, index of `address` in it) for registered simulated device
+        memory holding [address, address + nbytes)."""
         with _buffers_lock:
             i = bisect.bisect_right(_bases, address) - 1
             if i >= 0:
-                base = _bases[i]
-                buffer = _buffers[base]
-                if address + nbytes <= base + buffer.size:
-                    return buffer[address - base : address - base + nbytes]
+                buffer = _buffers[_bases[i]]
+                index = address - _bases[i]
+                if index + nbytes <= buffer.size:
+                    return buffer, index
         raise RuntimeError(
             f"simulated device address {address:#x} (+{nbytes} bytes) is not inside "
             "any live arena; was the arena closed while a kernel used it?"
         )
 
-    def buffer_at(address):
-        """(buffer, index of `address` in it) for a registered address."""
-        with _buffers_lock:
-            base = _bases[bisect.bisect_right(_bases, address) - 1]
-            return _buffers[base], address - base
+    def bytes_at(address, nbytes):
+        """The registered simulated device memory [address, address + nbytes)."""
+        buffer, index = buffer_at(address, nbytes)
+        return buffer[index : index + nbytes]
 
     def array_at(address, n):
         return bytes_at(int(address), int(n) * 8).view(np.int64)

@@ -83,7 +83,8 @@ class SimKernelArena:
             offset, dims = -1, (0,) * len(dims)
         # Built on the whole buffer, so that a zero-size array keeps its address
         # too (numpy moves a zero-size slice to the start of its base).
-        buffer, index = buffer_at(self._data + offset)
+        nbytes = math.prod(dims) * dtype.itemsize
+        buffer, index = buffer_at(self._data + offset, nbytes)
         return np.ndarray(dims, dtype, buffer=buffer, offset=index)
 
     def alloc(self, shape, dtype):
