@@ -360,9 +360,7 @@ class Arena:
         if reports.record[L.REC_EVENT] != reports.seen:
             self._report_failures(not_launched=kernel_name)
         if stream is not reports.stream and stream != reports.stream:
-            if self._launches:
-                self._memory.order_after(reports.stream, stream)
-            reports.stream = stream
+            self._move_to(stream)
         seq = self._seq = self._seq + 1
         residue = seq & L.SEQ_MASK
         reports.names[residue] = kernel_name
@@ -373,6 +371,15 @@ class Arena:
             log2_slab = L.log2_slab_for(self._capacity, warps, self._align)
             slab_bits = self._slab_bits[warps] = log2_slab << L.SLAB_SHIFT
         return self._handle_base | self._slot | slab_bits | residue << L.SEQ_SHIFT
+
+    def _move_to(self, stream):
+        """The arena's next work goes to `stream`: ordered after what it queued
+        on the stream before (one event; no CUDA call if the stream is the same)."""
+        reports = self._reports
+        if stream != reports.stream:
+            if self._launches:
+                self._memory.order_after(reports.stream, stream)
+            reports.stream = stream
 
     def _end_launch(self):
         """The launch was queued (or, on the simulator, ran, even if it raised)."""
@@ -422,11 +429,8 @@ class Arena:
         """
         with self._lock:
             self._require_open()
-            reports = self._reports
-            if stream is not None and stream is not reports.stream and stream != reports.stream:
-                if self._launches:
-                    self._memory.order_after(reports.stream, stream)
-                reports.stream = stream
+            if stream is not None and stream is not self._reports.stream:
+                self._move_to(stream)
             self._clear_live_region()
 
     def frame(self, *, check=True):

@@ -46,6 +46,10 @@ class NoGpuError(DevallocError, RuntimeError):
         )
 
 
+# What arena.alloc/view say of a dtype they refuse, on the GPU and the simulator alike.
+DTYPE_HINT = "dtype must be a NumPy number or bool type such as np.float32"
+
+
 def _asked(requested):
     if requested < 0:
         return f"an invalid (negative) size, {requested} bytes"

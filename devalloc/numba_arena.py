@@ -21,6 +21,7 @@ from numba.cuda.np.numpy_support import as_dtype, carray
 from . import layout as L
 from .allocator import group_alloc, request_bytes
 from .device_memory import array_at, device_function, global_pointer, numba_dtype
+from .errors import DTYPE_HINT
 from .numba_compat import keep_stores_into_arrays
 
 keep_stores_into_arrays()
@@ -132,10 +133,7 @@ def _element(dtype, method):
     if element is None or not isinstance(
         element, (types.Integer, types.Float, types.Complex, types.Boolean)
     ):
-        raise TypingError(
-            f"arena.{method}: dtype must be a NumPy number or bool type such as "
-            f"np.float32 (got {dtype})"
-        )
+        raise TypingError(f"arena.{method}: {DTYPE_HINT} (got {dtype})")
     return as_dtype(element).itemsize
 
 

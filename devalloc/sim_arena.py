@@ -17,11 +17,11 @@ import numpy as np
 from . import layout as L
 from .allocator import group_alloc, request_bytes
 from .device_memory import array_at, buffer_at
+from .errors import DTYPE_HINT
 
 __all__ = ["SimKernelArena", "arena_maker", "simulated_launch"]
 
 _KINDS = "biufc"  # bool, int, uint, float, complex
-_DTYPE_HINT = "dtype must be a NumPy number or bool type such as np.float32"
 
 
 def _dtype(dtype, method):
@@ -30,7 +30,7 @@ def _dtype(dtype, method):
     if isinstance(dtype, type) and issubclass(dtype, np.generic):
         dtype = np.dtype(dtype)
     if not isinstance(dtype, np.dtype) or dtype.kind not in _KINDS:
-        raise TypeError(f"arena.{method}: {_DTYPE_HINT} (got {dtype!r})")
+        raise TypeError(f"arena.{method}: {DTYPE_HINT} (got {dtype!r})")
     return dtype
 
 
