@@ -28,7 +28,7 @@ for stage in $stages; do
   echo "== $stage $(date -u +%H:%M:%S)"
   case $stage in
     tests) timeout 240 $gpu_tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
-    suite) timeout 420 python3 -m pytest -q -p no:cacheprovider -W default -rs tests/ \
+    suite) timeout 420 python3 -m pytest -q -p no:cacheprovider -W default -rs tests/ --hypothesis-profile=report \
         --timeout=120 --timeout-method=thread \
         2>&1 | tee "$OUT/suite.log" | tail -30 ;;
     bench) timeout 120 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/bench.log" | tail -22

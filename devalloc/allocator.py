@@ -13,7 +13,7 @@ together (``activemask``) agree on one chunk with a prefix sum, and their
 leader takes the chunk in one step. Inside a chunk, requests of at least
 ``align`` bytes come first and start on ``align`` boundaries; smaller ones
 follow, packed on 16-byte granules. A chunk is granted whole or not at all; if
-it is not, the lanes try again one at a time, so a request too large for what
+it is not, the lanes try again each on its own, so a request too large for what
 is left never fails the others::
 
     chunk:  [ aligned requests | small requests ]
@@ -45,7 +45,7 @@ only if the arena, as the successful requests left it, has no room for it.
 from numba import cuda
 
 from . import layout as L
-from .device_memory import array_at, device_function, load_volatile, reduce_add
+from .device_memory import device_function, load_volatile, reduce_add, store_volatile_at
 from .warp import FULL_MASK, WARP_SIZE, activemask, ballot_sync, pause, shfl_sync, shfl_up_sync
 
 LOW32 = 0xFFFFFFFF
@@ -120,7 +120,7 @@ def report_failures(hdr, slot, seq, failed, largest):
     cuda.atomic.cas(hdr, L.PENDING_SEQ, 0, seq + 1)
     event = cuda.atomic.add(hdr, L.FAIL_EVENTS, 1) + 1
     cuda.threadfence_system()
-    array_at(hdr[L.FAIL_RECORD], L.RECORD_WORDS)[L.REC_EVENT] = event
+    store_volatile_at(hdr[L.FAIL_RECORD] + L.REC_EVENT * 8, event)
 
 
 @device_function
@@ -197,29 +197,42 @@ def take_from_arena(hdr, slot, capacity, want, least):
 
 
 @device_function
+def cut(slab, need, step, least):
+    """Split a slab word: `need` granules starting on a multiple of `step` (at the
+    end of the slab no fewer than `least`). Returns ``(start << 24 | granules
+    taken, the slab word left)``, or ``(0, slab)`` when the slab cannot serve it."""
+    free_at = slab >> L.REM_BITS
+    start = (free_at + step - 1) & -step
+    room = (slab & L.REM_MASK) - (start - free_at)
+    take = min(need, room)
+    if take < least or take <= 0:
+        return 0, slab
+    return start << L.REM_BITS | take, (start + take) << L.REM_BITS | (room - take)
+
+
+@device_function
 def carve(state, word, need, step, least):
-    """Take `need` granules, starting on a multiple of `step`, from the slab held
-    in state[word]; at the end of a slab settle for no fewer than `least`.
-    Returns ``(start << 24 | granules taken, 0)``, or ``(0, word seen)`` when
-    the slab as seen cannot serve it (REFILLING while it is being refilled)."""
+    """`cut` the slab held in state[word], atomically. Returns ``(granules taken as
+    `cut` gives them, 0)``, or ``(0, word seen)`` when the slab as seen cannot
+    serve it (REFILLING while it is being refilled)."""
     while True:
         old = load_volatile(state, word)
         if old == REFILLING:
             return 0, old
-        free_at = old >> L.REM_BITS
-        start = (free_at + step - 1) & -step
-        room = (old & L.REM_MASK) - (start - free_at)
-        take = min(need, room)
-        if take < least or take <= 0:
+        got, rest = cut(old, need, step, least)
+        if got == 0:
             return 0, old
-        new = (start + take) << L.REM_BITS | (room - take)
-        if cuda.atomic.cas(state, word, old, new) == old:
-            return start << L.REM_BITS | take, 0
+        if cuda.atomic.cas(state, word, old, rest) == old:
+            return got, 0
 
 
 # Refilling: a group that finds a slab too dry locks exactly the word it saw
 # (CAS to REFILLING), so that a group which saw the slab dry before another one
-# refilled it cannot refill it again; the others wait for the fresh slab.
+# refilled it cannot refill it again; the others wait for the fresh slab. The
+# refiller cuts its own request from the fresh slab before it publishes the rest:
+# published whole, a smaller request could take the front of it first and leave
+# the refiller a rest too small, to be dropped at its next refill (on the GPU the
+# lanes that retry alone do run at once).
 
 
 @device_function
@@ -243,19 +256,21 @@ def slab_from_arena(hdr, slot, capacity, granules, least):
 @device_function
 def from_block(hdr, state, slot, capacity, need, step, least, block_granules):
     """Granules from the block's slab; one warp replaces a dry slab with a fresh
-    one from the arena (the one global atomic) while the others wait. When the
-    arena is spent, whatever the old slab had left, if at least `least`."""
+    one from the arena (the one global atomic) while the others wait."""
     while True:
         got, seen = carve(state, L.BLOCK_SLAB, need, step, least)
         if got != 0:
             return got
         if lock(state, L.BLOCK_SLAB, seen):
             slab = slab_from_arena(hdr, slot, capacity, block_granules, least)
-            if slab == 0:  # the arena is spent: put back what was left, take from it
+            if slab == 0:  # the arena is spent: put back what was left
                 cuda.atomic.exch(state, L.BLOCK_SLAB, seen)
-                return carve(state, L.BLOCK_SLAB, need, step, least)[0]
+                return 0
             # The old slab's rest, too small for this request, is a bounded tail.
-            cuda.atomic.exch(state, L.BLOCK_SLAB, slab)
+            got, rest = cut(slab, need, step, least)
+            cuda.atomic.exch(state, L.BLOCK_SLAB, rest)
+            if got != 0:
+                return got
         else:
             pause()
 
@@ -280,8 +295,11 @@ def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block
                 slab = from_block(hdr, state, slot, capacity, warp_g, align_step, need, block_g)
             if slab == 0:  # the arena is spent: put back what was left
                 cuda.atomic.exch(state, warp, seen)
-                return carve(state, warp, need, step, need)[0]
-            cuda.atomic.exch(state, warp, slab)
+                return 0
+            got, rest = cut(slab, need, step, need)
+            cuda.atomic.exch(state, warp, rest)
+            if got != 0:
+                return got
         else:
             pause()
 
@@ -414,8 +432,9 @@ def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, dire
             at = below >> 32
         offset = (start + at) << 4
     # Lanes the chunk did not serve (it was refused, or they were not in it) try
-    # alone, one at a time, for their bytes unrounded: a request too large for
-    # what is left fails alone.
+    # alone, in turn (on the GPU the turns overlap: nothing here waits for the
+    # one before), for their bytes unrounded: a request too large for what is
+    # left fails alone.
     several = cuda.popc(ballot_sync(mask, share > 0)) > 1
     retry = ballot_sync(mask, possible & (offset < 0) & (several | (rounded != exact)))
     while retry != 0:

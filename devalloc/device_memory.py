@@ -19,7 +19,14 @@ from numba import config, cuda
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
-__all__ = ["SIMULATOR", "array_at", "device_function", "load_volatile", "reduce_add"]
+__all__ = [
+    "SIMULATOR",
+    "array_at",
+    "device_function",
+    "load_volatile",
+    "reduce_add",
+    "store_volatile_at",
+]
 
 
 if SIMULATOR:
@@ -71,6 +78,9 @@ if SIMULATOR:
     @device_function
     def reduce_add(array, i, value):
         cuda.atomic.add(array, i, value)
+
+    def store_volatile_at(address, value):
+        array_at(address, 1)[0] = value
 
 else:
     from llvmlite import ir
@@ -131,6 +141,31 @@ else:
             return builder.call(load, [builder.ptrtoint(pointer, ir.IntType(64))])
 
         return types.int64(array, index), codegen
+
+    @intrinsic
+    def store_volatile_at(typingctx, address, value):
+        """Store an int64 at a device address (PTX ``st.volatile.global``), opaque
+        to the optimizer. A store through a pointer loaded from memory, inlined
+        after two allocation sites in the branches of an if, sends NVVM 13.0's
+        optimizer into a loop it does not leave (seen 2026-11-30, CUDA 13.0 on
+        the H200; CUDA 13.5's NVVM compiles it in 2 s)."""
+        if not (isinstance(address, types.Integer) and isinstance(value, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i64 = ir.IntType(64)
+            address = context.cast(builder, args[0], sig.args[0], types.int64)
+            amount = context.cast(builder, args[1], sig.args[1], types.int64)
+            store = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [i64, i64]),
+                "st.volatile.global.u64 [$0], $1;",
+                "l,l,~{memory}",
+                side_effect=True,
+            )
+            builder.call(store, [address, amount])
+            return context.get_dummy_value()
+
+        return types.void(address, value), codegen
 
     def _element_pointer(context, builder, sig, args):
         aryty = sig.args[0]

@@ -6,12 +6,17 @@ compiler, which needs no GPU. With a GPU, everything runs for real and the
 ``gpu`` tests run too.
 """
 
+import ctypes
 import os
 import zlib
 
 from kernels.world import simulate_without_gpu
 
 simulate_without_gpu()
+if os.environ.get("DEVALLOC_TEST_NVVM"):
+    # Compile with this libnvvm rather than the one Numba would find first (the
+    # PTX suite runs once per libnvvm on the machine: see test_ptx_suite).
+    ctypes.CDLL(os.environ["DEVALLOC_TEST_NVVM"], mode=ctypes.RTLD_GLOBAL)
 # Tests launch deliberately tiny grids; Numba would warn that they under-use the GPU.
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
