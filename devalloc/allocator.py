@@ -27,7 +27,11 @@ at once refill it once.
 ``warp_slab``
     Warp slabs are refilled from the block's slab (another shared word), and
     only a dry block slab takes memory from the arena's cursor: one global
-    atomic per block refill, none per allocation.
+    atomic per block refill, none per allocation. Slabs grow with demand: a
+    refill is as large as what the warp (or block) has taken so far, at least
+    the request and at most the launch's slab size, so the unused rest of a
+    last slab is never more than what was used, and a frame of many small
+    launches fits in about what it asks.
 ``bump``
     The warp's slab is only the tail of the `align` unit its last chunk ended
     in; a chunk that does not fit there takes whole `align` units straight from
@@ -63,6 +67,8 @@ def fold_other_slot(hdr, slot):
     used = min(hdr[other + L.CURSOR], hdr[L.CAPACITY])
     if used > hdr[L.PEAK]:
         hdr[L.PEAK] = used
+    if hdr[other + L.REQUESTED] > hdr[L.PEAK_REQUESTED]:
+        hdr[L.PEAK_REQUESTED] = hdr[other + L.REQUESTED]
     hdr[L.TOTAL_ALLOCS] += hdr[other + L.ALLOCS]
     hdr[L.TOTAL_FAILED] += hdr[other + L.FAILED]
     for word in range(L.SLOT_WORDS):
@@ -105,6 +111,7 @@ def leave_block(hdr, state, slot, seq):
             allocs = state[L.BLOCK_ALLOCS]
             if allocs != 0:  # fire and forget: the thread need not wait for it
                 reduce_add(hdr, slot * L.SLOT_WORDS + L.ALLOCS, allocs)
+                reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, state[L.BLOCK_REQUESTED])
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
                 report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])
@@ -254,18 +261,22 @@ def slab_from_arena(hdr, slot, capacity, granules, least):
 
 
 @device_function
-def from_block(hdr, state, slot, capacity, need, step, least, block_granules):
+def from_block(hdr, state, slot, capacity, need, step, least, block_granules, unit):
     """Granules from the block's slab; one warp replaces a dry slab with a fresh
-    one from the arena (the one global atomic) while the others wait."""
+    one from the arena (the one global atomic) while the others wait. Block
+    slabs are whole `unit`s (``align``), so the cursor stays aligned."""
     while True:
         got, seen = carve(state, L.BLOCK_SLAB, need, step, least)
         if got != 0:
             return got
         if lock(state, L.BLOCK_SLAB, seen):
-            slab = slab_from_arena(hdr, slot, capacity, block_granules, least)
+            taken = load_volatile(state, L.BLOCK_TAKEN)
+            want = min(block_granules, (max(need, taken) + unit - 1) & -unit)
+            slab = slab_from_arena(hdr, slot, capacity, want, least)
             if slab == 0:  # the arena is spent: put back what was left
                 cuda.atomic.exch(state, L.BLOCK_SLAB, seen)
                 return 0
+            cuda.atomic.exch(state, L.BLOCK_TAKEN, taken + (slab & L.REM_MASK))  # under the lock
             # The old slab's rest, too small for this request, is a bounded tail.
             got, rest = cut(slab, need, step, least)
             cuda.atomic.exch(state, L.BLOCK_SLAB, rest)
@@ -278,7 +289,8 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules):
 @device_function
 def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct):
     """Exactly `need` granules on a multiple of `step` from the warp's slab, or
-    0. A dry slab is replaced: from the block's slab (``warp_slab``), or with
+    0. A dry slab is replaced: from the block's slab, by as much as the warp has
+    taken so far (``warp_slab``), or with
     the whole `align` units the request needs straight from the arena
     (``direct``, the ``bump`` strategy). Diverged groups of one warp allocate
     concurrently (on the hardware, often), so the slab is refilled under a lock."""
@@ -292,7 +304,11 @@ def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block
                 units = (need + align_step - 1) & -align_step
                 slab = slab_from_arena(hdr, slot, capacity, units, need)
             else:
-                slab = from_block(hdr, state, slot, capacity, warp_g, align_step, need, block_g)
+                taken = load_volatile(state, L.WARP_TAKEN + warp)
+                want = min(warp_g, max(need, taken))
+                slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, align_step)
+                if slab != 0:
+                    cuda.atomic.exch(state, L.WARP_TAKEN + warp, taken + (slab & L.REM_MASK))
             if slab == 0:  # the arena is spent: put back what was left
                 cuda.atomic.exch(state, warp, seen)
                 return 0
@@ -324,7 +340,7 @@ def take_chunk(hdr, state, warp, slot, capacity, align, log2_slab, granules, ali
             hdr, state, warp, slot, capacity, granules, step, align, warp_g, block_g, direct
         )
     elif granules <= block_g:
-        got = from_block(hdr, state, slot, capacity, granules, step, granules, block_g)
+        got = from_block(hdr, state, slot, capacity, granules, step, granules, block_g, align >> 4)
     else:
         # Whole `align` units keep the cursor aligned; at the end of the arena
         # the request's own bytes are enough.
@@ -424,6 +440,8 @@ def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, dire
         start = take_chunk(
             hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0, direct
         )
+    if start >= 0:
+        cuda.atomic.add(state, L.BLOCK_REQUESTED, chunk)
     start = shfl_sync(mask, start, leader)
     offset = -1
     if share > 0 and start >= 0:
@@ -444,6 +462,7 @@ def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, dire
             )
             if alone >= 0:
                 offset = alone << 4
+                cuda.atomic.add(state, L.BLOCK_REQUESTED, lane_granules(nbytes, align))
         retry &= retry - 1
     count_outcome(state, mask, offset >= 0, (offset < 0) & (nbytes != 0), nbytes)
     return offset

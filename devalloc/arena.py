@@ -485,6 +485,7 @@ class Arena:
             self._memory.read_header(words)
             slots = [words[L.slot_base(s) : L.slot_base(s) + L.SLOT_WORDS] for s in (0, 1)]
             used = [min(int(slot[L.CURSOR]), self._capacity) for slot in slots]
+            requested = [int(slot[L.REQUESTED]) << 4 for slot in slots]
             return ArenaStats(
                 capacity_bytes=self._capacity,
                 current_bytes=used[self._slot],
@@ -494,6 +495,8 @@ class Arena:
                 resets=self._resets,
                 launches=self._launches,
                 device_mallocs=1,
+                requested_bytes=requested[self._slot],
+                peak_requested_bytes=max(int(words[L.PEAK_REQUESTED]) << 4, *requested),
             )
 
     # -- closing -----------------------------------------------------------------------

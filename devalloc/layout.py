@@ -28,6 +28,7 @@ CURSOR = 0  # bytes taken from the data region by this slot (passes capacity onl
 #             while a request that ran past the end puts it back)
 ALLOCS = 1  # successful allocations
 FAILED = 2  # failed allocations
+REQUESTED = 3  # granules the successful allocations asked for (rounded as `lane_granules` does)
 
 PEAK = 8  # largest `CURSOR` of any folded slot (clamped to capacity)
 TOTAL_ALLOCS = 9
@@ -39,6 +40,7 @@ FAIL_RECORD = 13  # device address of the host-mapped failure record
 PENDING_FAILED = 14  # how many
 PENDING_ASKED = 15  # the largest request among them, bytes (NOTHING_ASKED if none)
 PENDING_SEQ = 16  # 1 + sequence number (mod 2**SEQ_BITS) of the first launch among them
+PEAK_REQUESTED = 17  # largest `REQUESTED` of any folded slot
 HEADER_WORDS = 32
 NOTHING_ASKED = -(1 << 63)
 
@@ -59,7 +61,13 @@ BLOCK_LIVE = MAX_WARPS + 1  # threads of this block still running
 BLOCK_SLAB = MAX_WARPS + 2  # the block's slab, from which its warps' slabs are carved
 BLOCK_FAILED = MAX_WARPS + 3  # failed allocations of this block, flushed at block exit
 BLOCK_ASKED = MAX_WARPS + 4  # the largest of them, bytes
-BLOCK_WORDS = MAX_WARPS + 5
+BLOCK_REQUESTED = MAX_WARPS + 5  # granules its successful allocations asked for
+# Slabs are sized from demand: a slab is as large as what its holder has taken so
+# far (at least the request, at most the launch's slab size), so what a block or
+# a warp leaves unused in its last slab is at most what it used.
+BLOCK_TAKEN = MAX_WARPS + 6  # granules this block has taken from the arena in slabs
+WARP_TAKEN = MAX_WARPS + 7  # words WARP_TAKEN + w: granules warp w has taken in slabs
+BLOCK_WORDS = WARP_TAKEN + MAX_WARPS
 
 # A slab word (warp or block): (next free granule) << REM_BITS | (granules left).
 REM_BITS = 24

@@ -18,6 +18,13 @@ class ArenaStats:
         whole slabs: what a warp has reserved, not only what it handed out).
     peak_bytes : int
         Largest ``current_bytes`` since the arena was made or the peak reset.
+    requested_bytes : int
+        What the live region's successful allocations asked for, each rounded
+        up to 16 bytes (to a multiple of ``align`` if at least ``align``). Size an
+        arena from ``peak_bytes``; ``peak_bytes - peak_requested_bytes`` is what
+        slab tails and alignment cost.
+    peak_requested_bytes : int
+        Largest ``requested_bytes`` since the arena was made.
     total_allocs : int
         Successful in-kernel allocations (zero-size requests not counted).
     failed_allocs : int
@@ -39,3 +46,5 @@ class ArenaStats:
     resets: int
     launches: int
     device_mallocs: int
+    requested_bytes: int = 0
+    peak_requested_bytes: int = 0

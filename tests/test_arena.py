@@ -227,10 +227,29 @@ def test_stats_count_what_happened(arena):
     assert during.current_bytes >= 2 * 32 * 16 and after.current_bytes == 0
     assert after.peak_bytes >= 32 * 100 and after.peak_bytes >= during.current_bytes
     assert after.total_allocs == 96 and after.failed_allocs == 0
+    assert during.requested_bytes == 2 * 32 * 16 and after.requested_bytes == 0
+    assert after.peak_requested_bytes == 32 * 112  # 100 B rounds up to 112
     assert (after.launches, after.resets, after.device_mallocs) == (3, 2, 1)
     assert after.capacity_bytes == 1 << 16
     with pytest.raises(AttributeError):
         after.launches = 0  # frozen
+
+
+@pytest.mark.parametrize("strategy", devalloc.STRATEGIES)
+def test_a_frame_of_many_small_launches_fits_in_twice_what_it_asks(strategy):
+    """Slabs sized from the arena (not from demand) left each launch's unused
+    tail taken for the rest of the frame: 8 MiB per launch on the H200. Here
+    each launch asks 64 x 16 B of a 64 MiB arena."""
+    launches, threads = 40, 64
+    with devalloc.Arena(64 << 20, strategy=strategy) as arena:
+        with arena.frame():
+            for _ in range(launches):
+                launch_take(arena, 16, threads)
+            stats = arena.stats()
+    asked = launches * threads * 16
+    assert stats.requested_bytes == asked
+    assert asked <= stats.current_bytes <= 2 * asked
+    assert stats.total_allocs == launches * threads and stats.failed_allocs == 0
 
 
 # -- closing ----------------------------------------------------------------------

@@ -153,6 +153,29 @@ def test_usable_fraction_at_every_power_of_two(size):
 
 
 @devalloc.kernel
+def sixteen_bytes(arena, out):
+    t = cuda.grid(1)
+    buf = arena.alloc(16, np.uint8)
+    buf[0] = 1
+    out[t] = arena.offset(buf)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_frame_of_a_thousand_launches_fits_in_twice_what_it_asks(strategy):
+    """Issue 8's row: 1000 launches of 1 block x 256 threads, 16 B each (4 MB asked)
+    took 8.39 GB of an 8 GiB arena with `warp_slab` (8 MiB of slab tails a launch)."""
+    out = cuda.device_array(256, np.int64)
+    with devalloc.Arena(8 << 30, strategy=strategy) as arena:
+        with arena.frame():
+            for _ in range(1000):
+                sixteen_bytes[1, 256](arena, out)
+            stats = arena.stats()
+    asked = 1000 * 256 * 16
+    assert stats.requested_bytes == asked and stats.failed_allocs == 0
+    assert stats.current_bytes <= 2 * asked
+
+
+@devalloc.kernel
 def stamp(arena, value, out):
     """Write `value` into fresh memory, then read it back many times: a launch
     sharing that memory at the same time would show as another value."""
