@@ -12,7 +12,8 @@ devalloc  the frame's temporaries from one arena, in ``arena.frame()``; each
           tile's edge-point list is allocated inside the kernel that finds its
           length. The arena is sized from a measured first frame: its fixed-size
           buffers exactly, plus 1.5 times the content-dependent lists (doubled
-          should a frame outgrow them), unless --arena-mib gives a size.
+          should a frame outgrow them), unless --arena-mib gives a size;
+          --strategy picks its allocator (warp_slab, the default, or bump).
 malloc    every temporary from ``cuda.device_array`` each frame; the lists by
           the classic count pass, copy to host, allocate, second pass.
 static    everything allocated once by hand, the lists for the worst case
@@ -262,18 +263,15 @@ class Malloc:
 class Devalloc:
     """The frame's temporaries from one arena; the lists allocated in-kernel.
 
-    One thread per tile allocates its list, so there is no group of lanes to
-    batch: the arena uses the bump strategy, whose single atomic is all such an
-    allocation needs and whose use of the arena is exact, which is what lets a
-    measured frame size the arena (warp slabs are sized from the capacity, so
-    their reservations would grow with the arena that is meant to fit them).
+    One thread per tile allocates its list. Either strategy fits a measured
+    frame: `bump` uses the arena exactly, and `warp_slab` grows its slabs from
+    demand, so what it holds back is bounded by what the frame uses.
     """
 
     name = "devalloc"
-    strategy = "bump"
 
-    def __init__(self, camera, out, height, width, arena_bytes=None):
-        self.camera, self.out = camera, out
+    def __init__(self, camera, out, height, width, arena_bytes=None, strategy="warp_slab"):
+        self.camera, self.out, self.strategy = camera, out, strategy
         self.buffers = fixed_buffers(height, width)
         _, self.fixed_bytes = layout(self.buffers)
         self.where = cuda.to_device(np.full(1, -7, np.int64))
@@ -369,7 +367,7 @@ def used_device_bytes():
     return total - free
 
 
-def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, overlays):
+def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, overlays, strategy):
     """Run one mode over the frames; returns its row of figures and the kept
     frames' results. Overlays of the kept frames go to the folder `overlays`."""
     camera = Camera(height, width, source)
@@ -377,7 +375,7 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
     baseline = used_device_bytes()
     with MallocCounter() as setup:
         if mode == "devalloc":
-            pipeline = Devalloc(camera, out, height, width, arena_bytes)
+            pipeline = Devalloc(camera, out, height, width, arena_bytes, strategy)
         else:
             pipeline = {"static": Static, "malloc": Malloc}[mode](camera, out, height, width)
     times, mallocs, peak_used, results = [], [], 0, []
@@ -407,6 +405,7 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
     median = statistics.median(times) * 1e3 if times else float("nan")
     return {
         "mode": mode,
+        "strategy": strategy if mode == "devalloc" else None,
         "size": f"{width}x{height}",
         "frames": len(times),
         "median_ms": median,
@@ -477,6 +476,8 @@ def main(argv=None):
     parser.add_argument("--input", help="a video file or a folder of images")
     parser.add_argument("--out", type=Path, help="folder for overlay images and results")
     parser.add_argument("--arena-mib", type=float, help="arena size; default: measured")
+    parser.add_argument("--strategy", choices=("warp_slab", "bump"), default="warp_slab",
+                        help="the devalloc arena's allocator strategy")  # fmt: skip
     parser.add_argument("--benchmark", action="store_true",
                         help="1920x1080 and 3840x2160, results file in --out")  # fmt: skip
     args = parser.parse_args(argv)
@@ -511,7 +512,7 @@ def main(argv=None):
             write = args.out is not None and (not args.benchmark or (number, mode) == (0, modes[0]))
             row, results[mode] = run_mode(
                 mode, height, width, frames, warmup, args.input, arena_bytes, keep,
-                args.out if write else None,
+                args.out if write else None, args.strategy,
             )  # fmt: skip
             rows.append(row)
         if len(modes) > 1:

@@ -25,12 +25,14 @@ def run_pipeline(*args, timeout=600):
     )  # fmt: skip
 
 
-def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path):
+@pytest.mark.parametrize("strategy", ["warp_slab", "bump"])
+def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path, strategy):
     import imageio.v3 as iio
 
     result = run_pipeline(
-        "--size", "36x18", "--frames", "1", "--warmup", "0", "--out", str(tmp_path)
-    )
+        "--size", "36x18", "--frames", "1", "--warmup", "0", "--out", str(tmp_path),
+        "--strategy", strategy,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "identical across devalloc, malloc, static" in result.stdout
     if SIMULATOR:
@@ -39,6 +41,7 @@ def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path):
         row["mode"]: row for row in json.loads((tmp_path / "pipeline.json").read_text())["results"]
     }
     assert rows["devalloc"]["mallocs_per_frame"] == 0 == rows["static"]["mallocs_per_frame"]
+    assert rows["devalloc"]["strategy"] == strategy
     assert rows["malloc"]["mallocs_per_frame"] >= 10
     overlays = sorted(tmp_path.glob("overlay-*.png"))
     assert [p.name.split("-")[1] for p in overlays] == ["devalloc", "malloc", "static"]
@@ -107,6 +110,7 @@ def test_frame_pipeline_says_what_is_wrong_with_its_input(tmp_path):
         (["--size", "5x5"], "at least 8x8"),
         (["--size", "wide"], "WIDTHxHEIGHT"),
         (["--mode", "cudaMalloc"], "invalid choice"),
+        (["--strategy", "slab"], "invalid choice"),
         (["--frames", "0"], "--frames must be at least 1"),
     ],
 )
