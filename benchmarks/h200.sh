@@ -36,8 +36,19 @@ for stage in $stages; do
         cp "$OUT/all/allocators.json" "$OUT/" ;;
     pipeline) timeout 60 python3 examples/frame_pipeline.py --benchmark --frames 60 --out "$OUT/all/pipeline" \
         2>&1 | tee "$OUT/pipeline.log" | tail -14; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;
-    pytest-bench) timeout 45 python3 -m pytest benchmarks/ -q -p no:cacheprovider -W default --benchmark-enable \
-        --benchmark-json="$OUT/all/pytest-benchmark.json" 2>&1 | tail -40 > "$OUT/all/pytest-benchmark.log"; tail -4 "$OUT/all/pytest-benchmark.log" ;;
+    pytest-bench)  # the regression gate: medians against the last accepted run
+        # (benchmarks/results/pytest-benchmark); this run is saved beside it, and
+        # committing $OUT's copy of that folder makes it the next baseline.
+        mkdir -p "$OUT/all/pytest-benchmark"
+        cp -r benchmarks/results/pytest-benchmark/. "$OUT/all/pytest-benchmark/" 2>/dev/null
+        gate=""
+        if compgen -G "$OUT/all/pytest-benchmark/*/*.json" > /dev/null; then
+          gate="--benchmark-compare --benchmark-compare-fail=median:10%"
+        fi
+        timeout 60 python3 -m pytest benchmarks/ -q -p no:cacheprovider -W default --benchmark-enable \
+          --benchmark-storage="file://$OUT/all/pytest-benchmark" --benchmark-autosave $gate \
+          --benchmark-json="$OUT/all/pytest-benchmark.json" 2>&1 | tail -40 > "$OUT/all/pytest-benchmark.log"
+        tail -4 "$OUT/all/pytest-benchmark.log" ;;
     memcheck) sanitize memcheck memcheck.log 300 $gpu_tests \
         -k "a_million_threads or streams or launches or random_programs or sixteen" ;;
     racecheck) sanitize racecheck racecheck.log 300 $small_tests -k "not (retrying_alone and random)" ;;
