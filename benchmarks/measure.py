@@ -4,8 +4,10 @@ after warm-up; every figure is the median of several repetitions, and each
 comparison is made against baselines measured in the same process."""
 
 import datetime
+import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -163,8 +165,23 @@ def launcher(allocator, threads, iters, size):
     raise ValueError(allocator)
 
 
+def nrt_rate(threads, iters, size):
+    """`np.empty` in a kernel with numba-cuda's NRT, measured in a process of its
+    own (`nrt.py`: NRT is chosen before Numba is imported). A failure there is
+    reported in the row, not raised: NRT is a baseline, not what is tested."""
+    script = Path(__file__).resolve().parent / "nrt.py"
+    args = [sys.executable, str(script), str(threads), str(iters), str(size)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        error = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"median_ms": float("nan"), "allocs_per_s": float("nan"), "error": error}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def allocation_rate(allocator, threads, iters, size, reps=7):
     """Allocations per second and median milliseconds for one configuration."""
+    if allocator == "nrt":
+        return nrt_rate(threads, iters, size)
     run = launcher(allocator, threads, iters, size)
     try:
         ms = device_ms(run, reps=reps)
@@ -197,6 +214,21 @@ def launch_overhead_us():
     plain = host_us_per_launch(lambda: K.plain_launch[1, 32](out))
     scalar = host_us_per_launch(lambda: K.plain_launch_with_scalar[1, 32](12345, out))
     return dev, plain, scalar
+
+
+def frame_memory(strategy, launches=1000, threads=256):
+    """A frame of `launches` launches of one block, 16 B a thread (issue 8's row):
+    what the arena holds at the end against what the frame asked."""
+    out = cuda.device_array(threads, np.int64)
+    with devalloc.Arena(8 << 30, strategy=strategy) as arena:
+        with arena.frame():
+            for _ in range(launches):
+                K.single_shot[1, threads](arena, out)
+            stats = arena.stats()
+    asked = launches * threads * 16
+    return {"strategy": strategy, "launches": launches, "asked_bytes": asked,
+            "requested_bytes": stats.requested_bytes, "held_bytes": stats.current_bytes,
+            "held_over_asked": stats.current_bytes / asked}  # fmt: skip
 
 
 def usable_fraction(size, threads=1 << 20, capacity=1 << 30):

@@ -87,6 +87,23 @@ def suite_single_shot(quick):
     return rows
 
 
+def suite_frame_memory(quick):
+    return [M.frame_memory(strategy) for strategy in ("warp_slab", "bump")]
+
+
+def suite_nrt(quick):
+    """Numba's NRT (np.empty in a kernel) beside CUDA's device malloc and devalloc."""
+    rows = []
+    for size in SIZES:
+        threads, iters = SUSTAINED[size][1]
+        for allocator in ("nrt", "device_malloc", "warp_slab"):
+            n = 1 if allocator != "warp_slab" else iters
+            rate = M.allocation_rate(allocator, threads, n, SIZES[size], reps=3)
+            rows.append({"allocator": allocator, "size": size, "threads": threads,
+                         "iters": n, **rate})  # fmt: skip
+    return rows
+
+
 def suite_oom(quick):
     sizes = [16 << k for k in range(0, 10, 3 if quick else 1)]
     return [{"size": s, "usable_fraction": M.usable_fraction(s)} for s in tqdm(sizes, desc="oom")]
@@ -99,6 +116,8 @@ SUITES = {
     "scaling": suite_scaling,
     "single_shot": suite_single_shot,
     "oom": suite_oom,
+    "frame_memory": suite_frame_memory,
+    "nrt": suite_nrt,
 }
 
 
@@ -136,6 +155,19 @@ def judge(results):
     if "single_shot" in results:
         worst = max(r["ratio"] for r in results["single_shot"])
         target("single-shot vs preallocated", f"{worst:.3f}x", "<= 1.2x", worst <= 1.2)
+    if "frame_memory" in results:
+        for row in results["frame_memory"]:
+            ratio = row["held_over_asked"]
+            target(f"frame of 1000 launches, {row['strategy']}", f"{ratio:.2f}x asked",
+                   "<= 2x", ratio <= 2)  # fmt: skip
+    if "nrt" in results:
+        for size in SIZES:
+            rows = find(results["nrt"], size=size)
+            slab = find(rows, allocator="warp_slab")[0]["allocs_per_s"]
+            nrt = find(rows, allocator="nrt")[0]["allocs_per_s"]
+            if nrt == nrt:  # not NaN: NRT ran
+                target(f"{size} warp_slab vs NRT np.empty", f"{slab / nrt:,.0f}x", "> 1x",
+                       slab > nrt)  # fmt: skip
     if "oom" in results:
         worst = min(r["usable_fraction"] for r in results["oom"])
         target("usable fraction, 16 B - 8 KiB", f"{worst:.4f}", ">= 0.98", worst >= 0.98)
