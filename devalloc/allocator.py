@@ -261,6 +261,20 @@ def slab_from_arena(hdr, slot, capacity, granules, least):
 
 
 @device_function
+def refill(state, word, seen, slab, need, step, least):
+    """Run by the holder of state[word]'s lock with a fresh `slab` (0: the arena
+    is spent): cut this request from it, publish the rest, release the lock.
+    Returns ``(granules taken as `cut` gives them, whether to stop trying)``;
+    with no fresh slab, what the slab had left (`seen`) is put back."""
+    if slab == 0:
+        cuda.atomic.exch(state, word, seen)
+        return 0, True
+    got, rest = cut(slab, need, step, least)
+    cuda.atomic.exch(state, word, rest)
+    return got, got != 0
+
+
+@device_function
 def from_block(hdr, state, slot, capacity, need, step, least, block_granules, unit):
     """Granules from the block's slab; one warp replaces a dry slab with a fresh
     one from the arena (the one global atomic) while the others wait. Block
@@ -273,14 +287,11 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
             taken = load_volatile(state, L.BLOCK_TAKEN)
             want = min(block_granules, (max(need, taken) + unit - 1) & -unit)
             slab = slab_from_arena(hdr, slot, capacity, want, least)
-            if slab == 0:  # the arena is spent: put back what was left
-                cuda.atomic.exch(state, L.BLOCK_SLAB, seen)
-                return 0
-            cuda.atomic.exch(state, L.BLOCK_TAKEN, taken + (slab & L.REM_MASK))  # under the lock
+            if slab != 0:  # under the lock: no other group writes it
+                cuda.atomic.exch(state, L.BLOCK_TAKEN, taken + (slab & L.REM_MASK))
             # The old slab's rest, too small for this request, is a bounded tail.
-            got, rest = cut(slab, need, step, least)
-            cuda.atomic.exch(state, L.BLOCK_SLAB, rest)
-            if got != 0:
+            got, done = refill(state, L.BLOCK_SLAB, seen, slab, need, step, least)
+            if done:
                 return got
         else:
             pause()
@@ -290,10 +301,10 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
 def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct):
     """Exactly `need` granules on a multiple of `step` from the warp's slab, or
     0. A dry slab is replaced: from the block's slab, by as much as the warp has
-    taken so far (``warp_slab``), or with
-    the whole `align` units the request needs straight from the arena
-    (``direct``, the ``bump`` strategy). Diverged groups of one warp allocate
-    concurrently (on the hardware, often), so the slab is refilled under a lock."""
+    taken so far (``warp_slab``), or with the whole `align` units the request
+    needs straight from the arena (``direct``, the ``bump`` strategy). Diverged
+    groups of one warp allocate concurrently (on the hardware, often), so the
+    slab is refilled under a lock."""
     align_step = align >> 4
     while True:
         got, seen = carve(state, warp, need, step, need)
@@ -309,12 +320,8 @@ def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block
                 slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, align_step)
                 if slab != 0:
                     cuda.atomic.exch(state, L.WARP_TAKEN + warp, taken + (slab & L.REM_MASK))
-            if slab == 0:  # the arena is spent: put back what was left
-                cuda.atomic.exch(state, warp, seen)
-                return 0
-            got, rest = cut(slab, need, step, need)
-            cuda.atomic.exch(state, warp, rest)
-            if got != 0:
+            got, done = refill(state, warp, seen, slab, need, step, need)
+            if done:
                 return got
         else:
             pause()

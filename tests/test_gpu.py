@@ -152,23 +152,17 @@ def test_usable_fraction_at_every_power_of_two(size):
     assert counts.copy_to_host().sum() * size / capacity >= 0.98
 
 
-@devalloc.kernel
-def sixteen_bytes(arena, out):
-    t = cuda.grid(1)
-    buf = arena.alloc(16, np.uint8)
-    buf[0] = 1
-    out[t] = arena.offset(buf)
-
-
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_frame_of_a_thousand_launches_fits_in_twice_what_it_asks(strategy):
     """Issue 8's row: 1000 launches of 1 block x 256 threads, 16 B each (4 MB asked)
     took 8.39 GB of an 8 GiB arena with `warp_slab` (8 MiB of slab tails a launch)."""
+    from kernels.bench import single_shot  # 16 B a thread
+
     out = cuda.device_array(256, np.int64)
     with devalloc.Arena(8 << 30, strategy=strategy) as arena:
         with arena.frame():
             for _ in range(1000):
-                sixteen_bytes[1, 256](arena, out)
+                single_shot[1, 256](arena, out)
             stats = arena.stats()
     asked = 1000 * 256 * 16
     assert stats.requested_bytes == asked and stats.failed_allocs == 0
