@@ -32,7 +32,7 @@ for stage in $stages; do
     suite) timeout 420 python3 -m pytest -q -p no:cacheprovider -W default -rs tests/ --hypothesis-profile=report \
         --timeout=120 --timeout-method=thread \
         2>&1 | tee "$OUT/suite.log" | tail -30 ;;
-    bench) timeout 240 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/bench.log" | tail -22
+    bench) timeout 300 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/bench.log" | tail -22
         cp "$OUT/all/allocators.json" "$OUT/" ;;
     pipeline) timeout 60 python3 examples/frame_pipeline.py --benchmark --frames 60 --out "$OUT/all/pipeline" \
         2>&1 | tee "$OUT/pipeline.log" | tail -14; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;

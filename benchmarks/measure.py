@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 import devalloc
+from devalloc import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernels import bench as K
@@ -115,15 +116,24 @@ class ArenaLauncher:
         self.arena.close()
 
 
-class NaiveLauncher:
-    def __init__(self, threads, iters, size):
+class CursorLauncher:
+    """A baseline written by hand on one global cursor: `naive_bump` (one atomic
+    per lane), `warp_aggregated` (one per warp) or `hand_slab` (one per slab of
+    the size devalloc's `warp_slab` picks for the same launch)."""
+
+    def __init__(self, kernel, threads, iters, size):
         self.cursor = cuda.to_device(np.zeros(1, np.int64))
         self.sink = cuda.device_array(threads, np.int64)
         self.args = (self.cursor, 1 << 62, size, iters, self.sink)
+        if kernel == "hand_slab":
+            capacity = arena_bytes_for("warp_slab", threads, iters, size)
+            log2 = layout.log2_slab_for(capacity, -(-threads // 32), 256)
+            self.args = (self.cursor, 1 << 62, 1 << log2, size, iters, self.sink)
+        self.kernel = getattr(K, kernel)
         self.config = grid(threads)
 
     def __call__(self):
-        K.naive_bump[self.config](*self.args)
+        self.kernel[self.config](*self.args)
 
     def close(self):
         pass
@@ -158,8 +168,8 @@ class DeviceMallocLauncher:
 def launcher(allocator, threads, iters, size):
     if allocator in devalloc.STRATEGIES:
         return ArenaLauncher(allocator, threads, iters, size)
-    if allocator == "naive_bump":
-        return NaiveLauncher(threads, iters, size)
+    if allocator in ("naive_bump", "warp_aggregated", "hand_slab"):
+        return CursorLauncher(allocator, threads, iters, size)
     if allocator == "device_malloc":
         return DeviceMallocLauncher(threads, iters, size)
     raise ValueError(allocator)
@@ -190,6 +200,28 @@ def allocation_rate(allocator, threads, iters, size, reps=7):
     return {"median_ms": ms, "allocs_per_s": threads * iters / (ms / 1e3)}
 
 
+def batched(launch, count):
+    def run():
+        for _ in range(count):
+            launch()
+
+    return run
+
+
+def interleaved_ms(launches, reps=15, batch=20):
+    """Median device time of one launch of each of `launches`, each timed over
+    batches of `batch` back-to-back launches, the kernels taking turns so that
+    clocks and caches treat them alike."""
+    runs = [batched(launch, batch) for launch in launches]
+    for run in runs:
+        device_ms(run, reps=1)
+    times = [[] for _ in runs]
+    for _ in range(reps):
+        for run, seen in zip(runs, times):
+            seen.append(device_ms(run, reps=1, warmup=0) / batch)
+    return [statistics.median(seen) for seen in times]
+
+
 def single_shot_ms(threads, reps=15):
     """The survey's single-shot test: each thread allocates 16 B once and fills
     it; against the same kernel writing into memory allocated beforehand."""
@@ -198,9 +230,35 @@ def single_shot_ms(threads, reps=15):
     buffer = cuda.device_array(4 * threads, np.uint32)
     # Room for the slabs of a million threads to hold whole warps' chunks.
     with devalloc.Arena(threads * 512 + (64 << 20)) as arena:
-        devalloc_ms = device_ms(lambda: K.single_shot[blocks, block](arena, out), reps=reps)
-    pre_ms = device_ms(lambda: K.preallocated[blocks, block](buffer, out), reps=reps)
-    return devalloc_ms, pre_ms
+        return interleaved_ms(
+            [
+                lambda: K.single_shot[blocks, block](arena, out),
+                lambda: K.preallocated[blocks, block](buffer, out),
+            ],
+            reps=reps,
+        )
+
+
+def with_store_ms(strategy, threads, iters, size, reps=9):
+    """One store into each allocation (`sustained_store`) against its twin that
+    stores at packed addresses computed without an allocator (`packed_store`)."""
+    largest = K.MIXED_MAX if size == MIXED else size
+    warp_bytes = iters * 32 * (-(-largest // 16) * 16)
+    blocks, block = grid(threads)
+    sink = cuda.device_array(threads, np.int64)
+    buffer = cuda.device_array(blocks * (block // 32) * warp_bytes, np.uint8)
+    capacity = arena_bytes_for(strategy, threads, iters, size)
+    with devalloc.Arena(capacity, strategy=strategy) as arena:
+        devalloc_ms, packed_ms = interleaved_ms(
+            [
+                lambda: K.sustained_store[blocks, block](arena, size, iters, sink),
+                lambda: K.packed_store[blocks, block](buffer, warp_bytes, size, iters, sink),
+            ],
+            reps=reps,
+            batch=3,
+        )
+        arena.check()
+    return devalloc_ms, packed_ms
 
 
 def launch_overhead_us():
@@ -231,11 +289,11 @@ def frame_memory(strategy, launches=1000, threads=256):
             "held_over_asked": stats.current_bytes / asked}  # fmt: skip
 
 
-def usable_fraction(size, threads=1 << 20, capacity=1 << 30):
+def usable_fraction(size, strategy="warp_slab", threads=1 << 20, capacity=1 << 30):
     """Allocate `size` bytes per thread until failure; the fraction of the arena used."""
     blocks, block = grid(threads)
     counts = cuda.device_array(threads, np.int64)
-    with devalloc.Arena(capacity) as arena:
+    with devalloc.Arena(capacity, strategy=strategy) as arena:
         K.alloc_until_full[blocks, block](arena, size, 1 << 30, counts)
         try:
             arena.check()

@@ -13,6 +13,8 @@ COLORS = {
     "warp_slab": "#1b7837",
     "bump": "#5aae61",
     "naive_bump": "#9970ab",
+    "warp_aggregated": "#c2a5cf",
+    "hand_slab": "#762a83",
     "device_malloc": "#d6604d",
     "devalloc": "#1b7837",
     "malloc": "#d6604d",
@@ -22,6 +24,8 @@ LABELS = {
     "warp_slab": "devalloc warp_slab",
     "bump": "devalloc bump",
     "naive_bump": "one atomic per thread",
+    "warp_aggregated": "warp-aggregated atomic (by hand)",
+    "hand_slab": "per-warp slab by hand (no guarantees)",
     "device_malloc": "CUDA device malloc",
 }
 
@@ -34,8 +38,9 @@ def plot_allocators(path):
     path = Path(path)
     data = json.loads(path.read_text())
     results, env = data["results"], data["environment"]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    (sustained, scaling), (oom, launch) = axes
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+    (sustained, scaling, stored), (oom, launch, spare) = axes
+    spare.axis("off")
 
     if "sustained" in results:
         rows = results["sustained"]
@@ -70,19 +75,44 @@ def plot_allocators(path):
         scaling.set_yscale("log")
         scaling.set_xlabel("threads")
         scaling.set_ylabel("allocations / s")
-        scaling.set_title("thread scaling, 16 B, 64 allocations per thread")
+        scaling.set_title("thread scaling, 16 B, 64 allocations per thread, 1 - 10 M threads")
         scaling.legend(fontsize=8)
 
     if "oom" in results:
         rows = results["oom"]
-        labels = [f"{r['size']}" for r in rows]
-        oom.bar(labels, [100 * r["usable_fraction"] for r in rows], color=COLORS["warp_slab"])
+        sizes = sorted({r["size"] for r in rows})
+        strategies = sorted({r.get("strategy", "warp_slab") for r in rows}, reverse=True)
+        width = 0.8 / len(strategies)
+        for k, strategy in enumerate(strategies):
+            values = [
+                next((100 * r["usable_fraction"] for r in rows
+                      if r.get("strategy", "warp_slab") == strategy and r["size"] == size), 0)
+                for size in sizes
+            ]  # fmt: skip
+            xs = [i + k * width for i in range(len(sizes))]
+            oom.bar(xs, values, width, label=LABELS[strategy], color=COLORS[strategy])
+        oom.set_xticks([i + 0.4 - width / 2 for i in range(len(sizes))], sizes, fontsize=7)
         oom.axhline(98, color="k", lw=0.8, ls="--", label="target 98%")
         oom.set_ylim(90, 100.5)
         oom.set_xlabel("allocation size, bytes")
         oom.set_ylabel("% of the arena used before failure")
         oom.set_title("memory efficiency (allocate until full)")
         oom.legend(fontsize=8)
+
+    if "with_store" in results:
+        rows = results["with_store"]
+        labels = [f"{r['strategy']}\n{r['size']}" for r in rows]
+        xs = range(len(rows))
+        stored.bar([x - 0.2 for x in xs], [r["with_store_ms"] for r in rows], 0.4,
+                   label="allocate + one store", color=COLORS["warp_slab"])  # fmt: skip
+        stored.bar([x + 0.2 for x in xs], [r["packed_store_ms"] for r in rows], 0.4,
+                   label="the same stores, packed by hand", color=COLORS["static"])  # fmt: skip
+        stored.set_xticks(list(xs), labels, fontsize=8)
+        stored.set_ylabel("ms per launch (median)")
+        stored.set_title("what a kernel sees: allocation with its store")
+        stored.legend(fontsize=8)
+    else:
+        stored.axis("off")
 
     if "launch" in results:
         row = results["launch"][0]

@@ -39,7 +39,10 @@ def synchronized(run):
     return once
 
 
-@pytest.mark.parametrize("allocator", ["warp_slab", "bump", "naive_bump", "device_malloc"])
+@pytest.mark.parametrize(
+    "allocator",
+    ["warp_slab", "bump", "naive_bump", "warp_aggregated", "hand_slab", "device_malloc"],
+)
 @pytest.mark.parametrize("name, size, iters", CASES, ids=[c[0] for c in CASES])
 def test_sustained(benchmark, allocator, name, size, iters):
     iters = 1 if allocator == "device_malloc" else iters
@@ -77,9 +80,10 @@ def test_single_shot_against_preallocated(benchmark):
     assert devalloc_ms <= 1.2 * pre_ms
 
 
+@pytest.mark.parametrize("strategy", devalloc.STRATEGIES)
 @pytest.mark.parametrize("size", [16, 256, 8192])
-def test_usable_fraction(benchmark, size):
-    fraction = benchmark.pedantic(M.usable_fraction, args=(size,), rounds=1)
+def test_usable_fraction(benchmark, size, strategy):
+    fraction = benchmark.pedantic(M.usable_fraction, args=(size, strategy), rounds=1)
     benchmark.extra_info["usable_fraction"] = fraction
     assert fraction >= 0.98
 

@@ -29,9 +29,11 @@ at once refill it once.
     only a dry block slab takes memory from the arena's cursor: one global
     atomic per block refill, none per allocation. Slabs grow with demand: a
     refill is as large as what the warp (or block) has taken so far, at least
-    the request and at most the launch's slab size, so the unused rest of a
-    last slab is never more than what was used, and a frame of many small
-    launches fits in about what it asks.
+    the request and at most the launch's slab size (a block's first slab has
+    room for each of its warps asking alike), so the unused rest of a last slab
+    is never more than what was used. At exit a block hands the unused tail of
+    its slab back if nothing was taken after it, so a frame of many small
+    launches fits in what it asks.
 ``bump``
     The warp's slab is only the tail of the `align` unit its last chunk ended
     in; a chunk that does not fit there takes whole `align` units straight from
@@ -39,6 +41,15 @@ at once refill it once.
 
     arena cursor -> block slab (warp_slab) -> warp slab -> chunks
                  -> warp's tail (bump) ----------------> chunks
+
+*The hot path* is what a CUDA engineer would write by hand, and what the
+instruction count of the H200's SASS says it costs: a whole warp runs a copy
+compiled for the constant full mask (no convergence checks in the warp
+primitives), a chunk of small requests is one CAS on the warp's slab word
+(`carve_small`), and the group's leader counts it with two native 32-bit
+shared atomics (the block's counters are int32; 64-bit shared atomic adds are
+CAS loops on sm_90). Anything else (alignment to keep, a dry slab, lanes left
+over) falls through to the general path.
 
 The cursor is never left past the end of the arena. The first request that
 runs past it puts it back (to where it was, or to the end if it took the rest),
@@ -49,8 +60,24 @@ only if the arena, as the successful requests left it, has no room for it.
 from numba import cuda
 
 from . import layout as L
-from .device_memory import device_function, load_volatile, reduce_add, store_volatile_at
-from .warp import FULL_MASK, WARP_SIZE, activemask, ballot_sync, pause, shfl_sync, shfl_up_sync
+from .device_memory import (
+    device_function,
+    int32_words,
+    load_volatile,
+    load_volatile_shared,
+    reduce_add,
+    store_volatile_at,
+)
+from .warp import (
+    FULL_MASK,
+    WARP_SIZE,
+    activemask,
+    ballot_sync,
+    lanemask_lt,
+    pause,
+    shfl_sync,
+    shfl_up_sync,
+)
 
 LOW32 = 0xFFFFFFFF
 REFILLING = -1  # a slab word while one group refills it (slab words are never negative)
@@ -95,26 +122,42 @@ def enter_block(hdr, state, slot):
     if tid == 0 and cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0:
         fold_other_slot(hdr, slot)
     cuda.syncthreads()
-    return tid // WARP_SIZE
+    return (tid >> 5) & (L.MAX_WARPS - 1)  # (masked: the compiler sees it is no negative index)
 
 
 @device_function
-def leave_block(hdr, state, slot, seq):
-    """Every thread on its way out of the kernel; the block's last one adds the
-    block's counts to the slot (one global atomic per block) and reports its
-    failures, if it had any."""
+def leave_block(hdr, state, slot, seq, align):
+    """Every thread on its way out of the kernel; the block's last one hands the
+    unused tail of its slab back to the arena if nothing was taken after it,
+    adds the block's counts to the slot (one global atomic per block) and
+    reports its failures, if it had any."""
     mask = activemask()
     if cuda.laneid == cuda.ffs(mask) - 1:
         lanes = cuda.popc(mask)
         cuda.threadfence_block()
         if cuda.atomic.sub(state, L.BLOCK_LIVE, lanes) == lanes:
-            allocs = state[L.BLOCK_ALLOCS]
+            hand_back_tail(hdr, slot, state[L.BLOCK_SLAB], align >> 4)
+            counts = int32_words(state)
+            allocs = counts[L.COUNT_ALLOCS]
             if allocs != 0:  # fire and forget: the thread need not wait for it
                 reduce_add(hdr, slot * L.SLOT_WORDS + L.ALLOCS, allocs)
-                reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, state[L.BLOCK_REQUESTED])
+                reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, counts[L.COUNT_GRANULES])
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
                 report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])
+
+
+@device_function
+def hand_back_tail(hdr, slot, slab, unit):
+    """Give the arena back the unused end of a block's slab (from the first `unit`
+    boundary in it, so the cursor stays aligned), if the slab still ends where
+    the cursor is: true of the last block of a launch, and so of every launch of
+    a frame of small launches run one after the other."""
+    start = slab >> L.REM_BITS
+    end = start + (slab & L.REM_MASK)
+    keep = (start + unit - 1) & -unit
+    if keep < end:
+        cuda.atomic.cas(hdr, slot * L.SLOT_WORDS + L.CURSOR, end << 4, keep << 4)
 
 
 @device_function
@@ -131,7 +174,20 @@ def report_failures(hdr, slot, seq, failed, largest):
 
 
 @device_function
-def count_outcome(state, mask, succeeded, failed, nbytes):
+def count(hdr, state, slot, counter, word, amount):
+    """Add `amount` (below 2**21) to one of the block's int32 counters; an add
+    that finds it past COUNT_FLUSH moves that much to the slot's `word`, so a
+    block can count past 2**31."""
+    counts = int32_words(state)
+    if cuda.atomic.add(counts, counter, amount) >= L.COUNT_FLUSH:
+        # Two adds may both see it this far and both move COUNT_FLUSH: the sum
+        # of counter and slot stays right, and the counter stays far from -2**31.
+        cuda.atomic.sub(counts, counter, L.COUNT_FLUSH)
+        reduce_add(hdr, slot * L.SLOT_WORDS + word, L.COUNT_FLUSH)
+
+
+@device_function
+def count_outcome(hdr, state, slot, mask, succeeded, failed, nbytes):
     """Add the group's successes and failures to the block's counts: one shared
     atomic each by the group's leader; failing lanes also keep the block's
     largest failed request. Uses the group's own mask, which also keeps its
@@ -140,7 +196,7 @@ def count_outcome(state, mask, succeeded, failed, nbytes):
     lost = cuda.popc(ballot_sync(mask, failed))
     if cuda.laneid == cuda.ffs(mask) - 1:
         if made > 0:
-            cuda.atomic.add(state, L.BLOCK_ALLOCS, made)
+            count(hdr, state, slot, L.COUNT_ALLOCS, L.ALLOCS, made)
         if lost > 0:
             cuda.atomic.add(state, L.BLOCK_FAILED, lost)
     if failed:
@@ -218,12 +274,25 @@ def cut(slab, need, step, least):
 
 
 @device_function
+def carve_small(state, word, granules):
+    """The fast path: `granules` from the front of the slab in state[word], with
+    no alignment to keep, in one CAS. Returns the first granule, or -1 when the
+    slab is short, being refilled (REFILLING is negative) or changed meanwhile:
+    then `carve` and the refill path take over."""
+    old = load_volatile_shared(state, word)
+    if (old >= 0) & ((old & L.REM_MASK) >= granules):
+        if cuda.atomic.cas(state, word, old, old + (granules << L.REM_BITS) - granules) == old:
+            return old >> L.REM_BITS
+    return -1
+
+
+@device_function
 def carve(state, word, need, step, least):
     """`cut` the slab held in state[word], atomically. Returns ``(granules taken as
     `cut` gives them, 0)``, or ``(0, word seen)`` when the slab as seen cannot
     serve it (REFILLING while it is being refilled)."""
     while True:
-        old = load_volatile(state, word)
+        old = load_volatile_shared(state, word)
         if old == REFILLING:
             return 0, old
         got, rest = cut(old, need, step, least)
@@ -284,8 +353,11 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
         if got != 0:
             return got
         if lock(state, L.BLOCK_SLAB, seen):
-            taken = load_volatile(state, L.BLOCK_TAKEN)
-            want = min(block_granules, (max(need, taken) + unit - 1) & -unit)
+            taken = load_volatile_shared(state, L.BLOCK_TAKEN)
+            want = max(need, taken)
+            if taken == 0:  # the block's warps are likely to ask alike: room for each
+                want = need * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
+            want = min(block_granules, (want + unit - 1) & -unit)
             slab = slab_from_arena(hdr, slot, capacity, want, least)
             if slab != 0:  # under the lock: no other group writes it
                 cuda.atomic.exch(state, L.BLOCK_TAKEN, taken + (slab & L.REM_MASK))
@@ -315,7 +387,7 @@ def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block
                 units = (need + align_step - 1) & -align_step
                 slab = slab_from_arena(hdr, slot, capacity, units, need)
             else:
-                taken = load_volatile(state, L.WARP_TAKEN + warp)
+                taken = load_volatile_shared(state, L.WARP_TAKEN + warp)
                 want = min(warp_g, max(need, taken))
                 slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, align_step)
                 if slab != 0:
@@ -419,8 +491,20 @@ def lane_granules(nbytes, align):
 @device_function
 def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct):
     """Allocation for every lane that calls it together: one chunk for the group,
-    then, for the lanes it could not serve, one try each."""
+    then, for the lanes it could not serve, one try each. A whole warp, the
+    common case, gets a copy compiled for its constant mask: the warp
+    primitives then need no check that their lanes have converged."""
     mask = activemask()
+    if mask == FULL_MASK:
+        return alloc_for(
+            FULL_MASK, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct
+        )
+    return alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct)
+
+
+@device_function
+def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct):
+    """`group_alloc` for the lanes of `mask`."""
     lane = cuda.laneid
     leader = cuda.ffs(mask) - 1
     possible = (nbytes > 0) & (nbytes <= capacity)
@@ -436,19 +520,29 @@ def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, dire
             share <<= 32
     first = shfl_sync(mask, share, leader)
     if ballot_sync(mask, share != first) == 0:  # every lane asks the same: no scan
-        below = cuda.popc(mask & ((1 << lane) - 1)) * first
+        below = cuda.popc(mask & lanemask_lt()) * first
         total = cuda.popc(mask) * first
+        served = mask * (first > 0)  # the lanes the chunk holds
     else:
         below, total = exclusive_scan(mask, lane, share)
+        served = ballot_sync(mask, share > 0)
     aligned_total = total >> 32
     chunk = aligned_total + (total & LOW32)
     start = -1
-    if (lane == leader) & (chunk > 0) & (chunk << 4 <= capacity):
-        start = take_chunk(
-            hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0, direct
-        )
-    if start >= 0:
-        cuda.atomic.add(state, L.BLOCK_REQUESTED, chunk)
+    if (lane == leader) & (chunk > 0):
+        if aligned_total == 0:
+            start = carve_small(state, warp, chunk)
+        else:
+            got, _ = carve(state, warp, chunk, align >> 4, chunk)
+            if got != 0:
+                start = got >> L.REM_BITS
+        if (start < 0) & (chunk << 4 <= capacity):
+            start = take_chunk(
+                hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0, direct
+            )
+        if start >= 0:  # the leader counts the chunk's allocations
+            count(hdr, state, slot, L.COUNT_ALLOCS, L.ALLOCS, cuda.popc(served))
+            count(hdr, state, slot, L.COUNT_GRANULES, L.REQUESTED, chunk)
     start = shfl_sync(mask, start, leader)
     offset = -1
     if share > 0 and start >= 0:
@@ -456,12 +550,27 @@ def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, dire
         if share > LOW32:
             at = below >> 32
         offset = (start + at) << 4
-    # Lanes the chunk did not serve (it was refused, or they were not in it) try
-    # alone, in turn (on the GPU the turns overlap: nothing here waits for the
-    # one before), for their bytes unrounded: a request too large for what is
-    # left fails alone.
-    several = cuda.popc(ballot_sync(mask, share > 0)) > 1
-    retry = ballot_sync(mask, possible & (offset < 0) & (several | (rounded != exact)))
+    if (start < 0) | (served != mask):  # the same for the whole group
+        offset = serve_the_rest(
+            hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct,
+            mask, offset, possible, exact, rounded != exact, cuda.popc(served) > 1,
+        )  # fmt: skip
+    return offset
+
+
+@device_function
+def serve_the_rest(
+    hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct,
+    mask, offset, possible, exact, was_rounded, several,
+):  # fmt: skip
+    """The lanes of a group that its chunk did not serve (it was refused, or they
+    were not in it) try alone, in turn (on the GPU the turns overlap: nothing
+    here waits for the one before), for their bytes unrounded: a request too
+    large for what is left fails alone. Counts the group's failures and the
+    allocations made here."""
+    lane = cuda.laneid
+    retry = ballot_sync(mask, possible & (offset < 0) & (several | was_rounded))
+    made = False
     while retry != 0:
         if lane == cuda.ffs(retry) - 1:
             alone = take_chunk(
@@ -469,7 +578,9 @@ def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, dire
             )
             if alone >= 0:
                 offset = alone << 4
-                cuda.atomic.add(state, L.BLOCK_REQUESTED, lane_granules(nbytes, align))
+                made = True
+                # Alone, a request can be larger than an int32 counter takes.
+                reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, lane_granules(nbytes, align))
         retry &= retry - 1
-    count_outcome(state, mask, offset >= 0, (offset < 0) & (nbytes != 0), nbytes)
+    count_outcome(hdr, state, slot, mask, made, (offset < 0) & (nbytes != 0), nbytes)
     return offset

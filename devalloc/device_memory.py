@@ -23,7 +23,9 @@ __all__ = [
     "SIMULATOR",
     "array_at",
     "device_function",
+    "int32_words",
     "load_volatile",
+    "load_volatile_shared",
     "reduce_add",
     "store_volatile_at",
 ]
@@ -75,6 +77,11 @@ if SIMULATOR:
     def load_volatile(array, i):
         return array[i]
 
+    load_volatile_shared = load_volatile
+
+    def int32_words(array):
+        return array.view(np.int32)
+
     @device_function
     def reduce_add(array, i, value):
         cuda.atomic.add(array, i, value)
@@ -117,30 +124,58 @@ else:
     def array_at(address, n):
         return carray(global_pointer(address, np.int64), n)
 
+    def _volatile_load(shared):
+        """An intrinsic ``(array, index) -> int64`` that reads array[index] from
+        memory every time (PTX ``ld.volatile``), in the shared window or not."""
+
+        def load(typingctx, array, index):
+            if not (
+                isinstance(array, types.Array)
+                and array.dtype == types.int64
+                and isinstance(index, types.Integer)
+            ):
+                return None
+
+            def codegen(context, builder, sig, args):
+                pointer = _element_pointer(context, builder, sig, args)
+                if shared:
+                    pointer = builder.addrspacecast(pointer, ir.IntType(64).as_pointer(3))
+                width = ir.IntType(32 if shared else 64)
+                load = ir.InlineAsm(
+                    ir.FunctionType(ir.IntType(64), [width]),
+                    f"ld.volatile{'.shared' if shared else ''}.u64 $0, [$1];",
+                    f"=l,{'r' if shared else 'l'},~{{memory}}",
+                    side_effect=True,
+                )
+                return builder.call(load, [builder.ptrtoint(pointer, width)])
+
+            return types.int64(array, index), codegen
+
+        return intrinsic(load)
+
+    # array[index] read from memory every time, for words other threads change
+    # while this one waits: numba's ``cuda.ldcg`` is inline assembly without side
+    # effects, which the compiler may hoist out of a loop or merge with an
+    # earlier read. For shared memory, ``ld.volatile.shared``: through a generic
+    # address the load would be a system-scope ``LD``.
+    load_volatile = _volatile_load(shared=False)
+    load_volatile_shared = _volatile_load(shared=True)
+
     @intrinsic
-    def load_volatile(typingctx, array, index):
-        """array[index] read from memory every time (PTX ``ld.volatile``), for words
-        other threads change while this one waits: numba's ``cuda.ldcg`` is inline
-        assembly without side effects, which the compiler may hoist out of a loop
-        or merge with an earlier read."""
-        if not (
-            isinstance(array, types.Array)
-            and array.dtype == types.int64
-            and isinstance(index, types.Integer)
-        ):
+    def _int32_pointer(typingctx, array):
+        if not (isinstance(array, types.Array) and array.dtype == types.int64):
             return None
 
         def codegen(context, builder, sig, args):
-            pointer = _element_pointer(context, builder, sig, args)
-            load = ir.InlineAsm(
-                ir.FunctionType(ir.IntType(64), [ir.IntType(64)]),
-                "ld.volatile.u64 $0, [$1];",
-                "=l,l,~{memory}",
-                side_effect=True,
-            )
-            return builder.call(load, [builder.ptrtoint(pointer, ir.IntType(64))])
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            return builder.bitcast(data, ir.IntType(32).as_pointer())
 
-        return types.int64(array, index), codegen
+        return types.CPointer(types.int32)(array), codegen
+
+    @cuda.jit(device=True, inline="always")
+    def int32_words(array):
+        """An int64 array's memory seen as twice as many int32 words."""
+        return carray(_int32_pointer(array), array.size * 2)
 
     @intrinsic
     def store_volatile_at(typingctx, address, value):

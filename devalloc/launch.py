@@ -8,7 +8,8 @@ and generates a wrapper kernel around it::
         hdr = array_at(header address of handle)
         warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
         user(make_arena(handle, ...), a, b)    # the user's code, given an ArenaType value
-        leave_block(hdr, state, slot, seq)     # the block's last thread flushes its counts
+        leave_block(hdr, state, slot, seq, align)  # the block's last thread flushes its
+                                                   # counts and hands back its slab's tail
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba
@@ -46,7 +47,7 @@ _BODY = """\
 {slot} = {handle} & {SLOT_MASK}
 {warp} = {enter_block}({hdr}, {state}, {slot})
 {user}({make_arena}({handle}, {hdr}[{CAPACITY}], {warp}, {state}){params})
-{leave_block}({hdr}, {state}, {slot}, ({handle} >> {SEQ_SHIFT}) & {SEQ_MASK})
+{leave_block}({hdr}, {state}, {slot}, ({handle} >> {SEQ_SHIFT}) & {SEQ_MASK}, {align})
 """
 
 _GPU_WRAPPER = "def {name}({handle}{params}):\n" + textwrap.indent(_BODY, " " * 4)
@@ -153,6 +154,7 @@ class Kernel:
         source = template.format(
             name=name,
             params="".join(f", {param}" for param in self._params),
+            align=int(align),
             **names,
             **{constant: getattr(L, constant) for constant in _CONSTANTS},
         )

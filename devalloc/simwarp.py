@@ -238,6 +238,12 @@ def shfl_up_sync(mask, value, delta):
     return _collective("shfl", mask, (value, src if src >= 0 else lane))
 
 
+def lanemask_lt():
+    """The lanes below the caller's, as a bit mask."""
+    _, lane = _current_lane()
+    return (1 << lane) - 1
+
+
 def pause():
     """Let the other simulated threads run while this one waits for them."""
     _current_lane()  # stops a lane whose kernel was aborted

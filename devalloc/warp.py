@@ -13,13 +13,14 @@ __all__ = [
     "WARP_SIZE",
     "activemask",
     "ballot_sync",
+    "lanemask_lt",
     "pause",
     "shfl_sync",
     "shfl_up_sync",
 ]
 
 if SIMULATOR:
-    from .simwarp import activemask, ballot_sync, pause, shfl_sync, shfl_up_sync
+    from .simwarp import activemask, ballot_sync, lanemask_lt, pause, shfl_sync, shfl_up_sync
 else:
     # Numba types these only as attributes of the cuda module; thin inlined
     # device functions give the allocator names it can import.
@@ -30,7 +31,14 @@ else:
 
     @device_function
     def ballot_sync(mask, predicate):
-        return cuda.ballot_sync(mask, predicate)
+        # Numba types the ballot as int32: lane 31 would make it negative, and
+        # sign-extended into 64-bit arithmetic it would count 32 lanes too many.
+        # Non-negative here, as in the simulator.
+        return cuda.ballot_sync(mask, predicate) & FULL_MASK
+
+    @device_function
+    def lanemask_lt():
+        return cuda.lanemask_lt()
 
     @device_function
     def shfl_sync(mask, value, src_lane):

@@ -39,6 +39,20 @@ def sustained(arena, size, iters, sink):
 
 
 @devalloc.kernel
+def sustained_store(arena, size, iters, sink):
+    """`sustained` with one store into each allocation: what a user's kernel sees."""
+    t = cuda.grid(1)
+    acc = 0
+    for i in range(iters):
+        buf = arena.alloc(request_size(size, t, i), np.uint8)
+        if buf.size > 0:
+            buf[0] = t & 0xFF
+        acc += arena.offset(buf)
+    if t < sink.size:
+        sink[t] = acc
+
+
+@devalloc.kernel
 def single_shot(arena, out):
     """Each thread allocates 16 bytes once and fills them (the survey's test)."""
     t = cuda.grid(1)
@@ -84,6 +98,95 @@ def naive_bump(cursor, capacity, size, iters, sink):
         offset = cuda.atomic.add(cursor, 0, (n + 15) & -16)
         if offset + n <= capacity:
             acc += offset
+    if t < sink.size:
+        sink[t] = acc
+
+
+@cuda.jit(device=True, inline="always")
+def warp_prefix_sum(value):
+    """(sum over the lanes below, sum over the warp) of `value`, for a full warp."""
+    lane = cuda.laneid
+    total = value
+    for step in (1, 2, 4, 8, 16):
+        below = cuda.shfl_up_sync(0xFFFFFFFF, total, step)
+        if lane >= step:
+            total += below
+    return total - value, cuda.shfl_sync(0xFFFFFFFF, total, 31)
+
+
+@cuda.jit
+def warp_aggregated(cursor, capacity, size, iters, sink):
+    """The warp-aggregated atomic written by hand: a warp's lanes add up their
+    requests and its first lane takes them in one atomic (full warps only, as
+    the benchmarks launch; a partial warp makes one atomic per lane)."""
+    t = cuda.grid(1)
+    lane = cuda.laneid
+    full = cuda.activemask() == 0xFFFFFFFF
+    acc = 0
+    for i in range(iters):
+        n = (request_size(size, t, i) + 15) & -16
+        if full:
+            below, total = warp_prefix_sum(n)
+            start = 0
+            if lane == 0:
+                start = cuda.atomic.add(cursor, 0, total)
+            offset = cuda.shfl_sync(0xFFFFFFFF, start, 0) + below
+        else:
+            offset = cuda.atomic.add(cursor, 0, n)
+        if offset + n <= capacity:
+            acc += offset
+    if t < sink.size:
+        sink[t] = acc
+
+
+@cuda.jit
+def hand_slab(cursor, capacity, slab_bytes, size, iters, sink):
+    """The per-warp slab written by hand, the ceiling devalloc's `warp_slab`
+    aims at: a slab per warp in shared memory, one global atomic per slab, no
+    diverged groups, no counting, no failure handling (full warps only)."""
+    slabs = cuda.shared.array((32, 2), np.int64)  # per warp: next free byte, end
+    t = cuda.grid(1)
+    lane = cuda.laneid
+    warp = cuda.threadIdx.x // 32
+    if lane == 0:
+        slabs[warp, 0] = 0
+        slabs[warp, 1] = 0
+    cuda.syncwarp()
+    acc = 0
+    for i in range(iters):
+        n = (request_size(size, t, i) + 15) & -16
+        below, total = warp_prefix_sum(n)
+        start = 0
+        if lane == 0:
+            start = slabs[warp, 0]
+            if start + total > slabs[warp, 1]:
+                start = cuda.atomic.add(cursor, 0, max(slab_bytes, total))
+                slabs[warp, 1] = start + max(slab_bytes, total)
+            slabs[warp, 0] = start + total
+        offset = cuda.shfl_sync(0xFFFFFFFF, start, 0) + below
+        if offset + n <= capacity:
+            acc += offset
+    if t < sink.size:
+        sink[t] = acc
+
+
+@cuda.jit
+def packed_store(buffer, warp_bytes, size, iters, sink):
+    """`sustained_store`'s twin without an allocator: each warp writes its lanes'
+    requests packed one after the other in a region of its own of `warp_bytes`
+    (the addresses a perfect per-warp allocator would give; full warps only)."""
+    t = cuda.grid(1)
+    base = (t // 32) * warp_bytes
+    cursor = 0
+    acc = 0
+    for i in range(iters):
+        n = (request_size(size, t, i) + 15) & -16
+        below, total = warp_prefix_sum(n)
+        offset = base + cursor + below
+        if offset < buffer.size:
+            buffer[offset] = t & 0xFF
+        cursor += total
+        acc += offset
     if t < sink.size:
         sink[t] = acc
 
@@ -138,10 +241,14 @@ def _signatures():
     ints = types.int64[::1]
     return {
         "sustained": (i64, i64, ints),
+        "sustained_store": (i64, i64, ints),
+        "packed_store": (types.uint8[::1], i64, i64, i64, ints),
         "single_shot": (ints,),
         "alloc_until_full": (i64, i64, ints),
         "launch_only": (ints,),
         "naive_bump": (ints, i64, i64, i64, ints),
+        "warp_aggregated": (ints, i64, i64, i64, ints),
+        "hand_slab": (ints, i64, i64, i64, i64, ints),
         "preallocated": (types.uint32[::1], ints),
         "plain_launch": (ints,),
         "plain_launch_with_scalar": (i64, ints),

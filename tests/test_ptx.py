@@ -266,3 +266,23 @@ def test_global_atomics_outside_failure_reports_only_move_the_cursor(one_alloc_c
     # The cursor: taken from, put back after running past the end; the block's
     # allocation count, flushed at its exit.
     assert found == {"atom.global.add.u64", "atom.global.cas.b64", "red.add.u64"}, found
+
+
+@pytest.mark.ptx
+def test_the_ballot_is_a_non_negative_mask_as_in_the_simulator():
+    """Numba types `cuda.ballot_sync` as int32, so a ballot holding lane 31 is
+    negative; mixed into int64 arithmetic it sign-extends, and its popcount is
+    32 too many (seen on the H200: every allocation of a partial warp holding
+    lane 31 counted 32 more). devalloc's ballot is the simulator's: 0 to 2**32-1."""
+    from devalloc.launch import compiling_for
+    from devalloc.warp import FULL_MASK, ballot_sync
+
+    def lanes(out):
+        out[0] = ballot_sync(FULL_MASK, cuda.laneid == 31)
+
+    with compiling_for(CC):
+        cuda.compile_ptx(lanes, (types.int64[::1],), cc=CC)
+    for signature in ballot_sync.nopython_signatures:  # this one, and any compiled before
+        returned = signature.return_type
+        assert isinstance(returned, types.Integer)
+        assert returned.bitwidth == 64 or not returned.signed, signature

@@ -175,3 +175,45 @@ def test_diverged_groups_of_one_warp_refill_its_slab_once(monkeypatch):
         stats = arena.stats()
     assert (out == 32).all()
     assert stats.peak_bytes == stats.peak_requested_bytes == 1024
+
+
+@devalloc.kernel
+def first_warp_takes(arena, nbytes, out):
+    """Only the block's first warp allocates; the block's slab is sized for all
+    its warps."""
+    t = cuda.threadIdx.x
+    if t < 32:
+        buf = arena.alloc(nbytes, np.uint8)
+        out[t] = arena.offset(buf)
+
+
+def test_a_block_hands_the_unused_tail_of_its_slab_back():
+    """A block's first slab has room for each of its warps, but here only one of
+    four allocates: at block exit the rest goes back to the arena, so launches
+    of a frame run one after the other hold only what they used."""
+    out = poisoned(128, np.int64)
+    with devalloc.Arena(1 << 20) as arena:
+        with arena.frame():
+            for launch in range(5):
+                first_warp_takes[1, 128](arena, 16, out)
+                assert sorted(out[:32]) == list(range(launch * 512, (launch + 1) * 512, 16))
+            stats = arena.stats()
+    assert stats.current_bytes == stats.requested_bytes == 5 * 512
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the flush threshold is a compile-time constant")
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_block_counters_move_to_the_slot_when_they_grow(monkeypatch, strategy):
+    """A block's counters are int32 (in shared memory): an add that finds one
+    past COUNT_FLUSH moves that much to the slot's int64 words. With a small
+    threshold, the counts still come out exact."""
+    from devalloc import layout
+
+    monkeypatch.setattr(layout, "COUNT_FLUSH", 64)
+    counts = poisoned(64, np.int64)
+    with devalloc.Arena(1 << 20, strategy=strategy) as arena:
+        alloc_until_full[1, 64](arena, 48, 10, counts)
+        stats = arena.stats()
+    assert (counts == 10).all()
+    assert stats.total_allocs == 640
+    assert stats.peak_requested_bytes == 640 * 48
