@@ -261,17 +261,72 @@ def with_store_ms(strategy, threads, iters, size, reps=9):
     return devalloc_ms, packed_ms
 
 
-def launch_overhead_us():
-    """Host time per launch: a devalloc kernel against the same plain cuda.jit
-    kernel, and that kernel with one more int64 argument (what the arena costs
-    Numba to marshal)."""
+def launch_overhead_us(launches=1000, pairs=15):
+    """Host time per launch of a devalloc kernel against the same plain cuda.jit
+    kernel and that kernel with one more int64 argument (what the arena costs
+    Numba to marshal), on the default stream and on a stream of its own. The
+    three take turns, a batch each, so machine noise cancels; the overheads
+    are medians of the differences within each turn."""
+    out = cuda.to_device(np.zeros(1, np.int64))
+    rows = []
+    with devalloc.Arena(1 << 20) as arena:
+        for where, stream in (("default stream", 0), ("own stream", cuda.stream())):
+            kinds = {
+                "devalloc": lambda s=stream: K.launch_only[1, 32, s](arena, out),
+                "plain": lambda s=stream: K.plain_launch[1, 32, s](out),
+                "plain_with_scalar": lambda s=stream: K.plain_launch_with_scalar[1, 32, s](1, out),
+            }
+            times = {kind: [] for kind in kinds}
+            for launch in kinds.values():
+                for _ in range(50):
+                    launch()
+            cuda.synchronize()
+            for _ in range(pairs):
+                for kind, launch in kinds.items():
+                    begin = time.perf_counter()
+                    for _ in range(launches):
+                        launch()
+                    times[kind].append((time.perf_counter() - begin) / launches * 1e6)
+                    cuda.synchronize()
+            over = {
+                f"over_{base}_us": statistics.median(
+                    d - b for d, b in zip(times["devalloc"], times[base])
+                )
+                for base in ("plain", "plain_with_scalar")
+            }
+            medians = {f"{kind}_us": statistics.median(t) for kind, t in times.items()}
+            rows.append({"stream": where, **medians, **over})
+        arena.check()
+    return rows
+
+
+def frame_host_us(kernels=10, reps=200):
+    """Host time of a frame of `kernels` small devalloc launches: launched one by
+    one in `arena.frame()`, against one replay of the same frame captured with
+    `arena.capture()`."""
     out = cuda.to_device(np.zeros(1, np.int64))
     with devalloc.Arena(1 << 20) as arena:
-        dev = host_us_per_launch(lambda: K.launch_only[1, 32](arena, out))
+
+        def eager():
+            with arena.frame(check=False):
+                for _ in range(kernels):
+                    K.launch_only[1, 32](arena, out)
+
+        eager()
+        with arena.capture() as graph:
+            for _ in range(kernels):
+                K.launch_only[1, 32](arena, out)
+        result = {}
+        for name, run in (("eager_us", eager), ("replay_us", graph.replay)):
+            run()
+            cuda.synchronize()
+            begin = time.perf_counter()
+            for _ in range(reps):
+                run()
+            result[name] = (time.perf_counter() - begin) / reps * 1e6
+            cuda.synchronize()
         arena.check()
-    plain = host_us_per_launch(lambda: K.plain_launch[1, 32](out))
-    scalar = host_us_per_launch(lambda: K.plain_launch_with_scalar[1, 32](12345, out))
-    return dev, plain, scalar
+    return {"kernels": kernels, **result}
 
 
 def frame_memory(strategy, launches=1000, threads=256):

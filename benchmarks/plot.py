@@ -19,6 +19,8 @@ COLORS = {
     "devalloc": "#1b7837",
     "malloc": "#d6604d",
     "static": "#4393c3",
+    "devalloc-graph": "#00441b",
+    "static-graph": "#2166ac",
 }
 LABELS = {
     "warp_slab": "devalloc warp_slab",
@@ -115,11 +117,18 @@ def plot_allocators(path):
         stored.axis("off")
 
     if "launch" in results:
-        row = results["launch"][0]
-        launch.bar(["plain cuda.jit", "@devalloc.kernel"], [row["plain_us"], row["devalloc_us"]],
-                   color=[COLORS["static"], COLORS["devalloc"]])  # fmt: skip
+        rows = results["launch"]
+        kinds = [("plain_us", "plain cuda.jit", COLORS["static"]),
+                 ("plain_with_scalar_us", "plain + one int64", COLORS["naive_bump"]),
+                 ("devalloc_us", "@devalloc.kernel", COLORS["devalloc"])]  # fmt: skip
+        for k, (key, label, color) in enumerate(kinds):
+            xs = [i + k * 0.27 for i in range(len(rows))]
+            launch.bar(xs, [r.get(key, 0) for r in rows], 0.27, label=label, color=color)
+        launch.set_xticks([i + 0.27 for i in range(len(rows))],
+                          [r.get("stream", "default stream") for r in rows])  # fmt: skip
         launch.set_ylabel("host time per launch, us (median)")
         launch.set_title("launch overhead")
+        launch.legend(fontsize=8)
 
     _title(fig, env)
     fig.tight_layout()
@@ -134,9 +143,10 @@ def plot_pipeline(path):
     data = json.loads(path.read_text())
     runs = data["results"]
     sizes = sorted({r["size"] for r in runs}, key=lambda s: int(s.split("x")[0]))
-    modes = ["malloc", "static", "devalloc"]
+    modes = [m for m in ("malloc", "static", "devalloc", "static-graph", "devalloc-graph")
+             if any(r["mode"] == m for r in runs)]  # fmt: skip
     fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.27
+    width = 0.8 / len(modes)
     for k, mode in enumerate(modes):
         ms = [next((r["median_ms"] for r in runs if r["mode"] == mode and r["size"] == s), 0)
               for s in sizes]  # fmt: skip
@@ -146,7 +156,7 @@ def plot_pipeline(path):
         speed.bar(xs, ms, width, label=mode, color=COLORS[mode])
         memory.bar(xs, mib, width, label=mode, color=COLORS[mode])
     for ax, label in ((speed, "median ms / frame"), (memory, "peak device memory, MiB")):
-        ax.set_xticks([i + width for i in range(len(sizes))], sizes)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(sizes))], sizes)
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
     speed.set_title("frame pipeline: time per frame")

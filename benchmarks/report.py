@@ -27,12 +27,14 @@ def allocators(data):
 
 def pipeline(data):
     lines = [
-        "| mode | size | median ms/frame | frames/s | cudaMalloc/frame | peak MiB held |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| mode | size | median ms/frame | host ms/frame | frames/s | cudaMalloc/frame "
+        "| peak MiB held |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in data["results"]:
+        host = f"{r['host_ms']:.3f}" if "host_ms" in r else "-"
         lines.append(
-            f"| {r['mode']} | {r['size']} | {r['median_ms']:.3f} | {r['fps']:.0f} "
+            f"| {r['mode']} | {r['size']} | {r['median_ms']:.3f} | {host} | {r['fps']:.0f} "
             f"| {r['mallocs_per_frame']:.0f} | {r['peak_mib']:.1f} |"
         )
     return lines

@@ -39,16 +39,15 @@ def synchronized(run):
     return once
 
 
-@pytest.mark.parametrize(
-    "allocator",
-    ["warp_slab", "bump", "naive_bump", "warp_aggregated", "hand_slab", "device_malloc"],
-)
+# The gate compares these with the last accepted run: devalloc's cases and the
+# baselines the targets are judged against (the other baselines are run.py's).
+@pytest.mark.parametrize("allocator", ["warp_slab", "bump", "naive_bump", "device_malloc"])
 @pytest.mark.parametrize("name, size, iters", CASES, ids=[c[0] for c in CASES])
 def test_sustained(benchmark, allocator, name, size, iters):
     iters = 1 if allocator == "device_malloc" else iters
     run = M.launcher(allocator, THREADS, iters, size)
     try:
-        benchmark.pedantic(synchronized(run), rounds=5 if allocator == "device_malloc" else 20)
+        benchmark.pedantic(synchronized(run), rounds=5 if allocator == "device_malloc" else 100)
     finally:
         run.close()
     benchmark.extra_info["allocations"] = THREADS * iters
@@ -57,15 +56,17 @@ def test_sustained(benchmark, allocator, name, size, iters):
 
 
 def test_launch_overhead(benchmark):
-    """Host time of one @devalloc.kernel launch, against the same plain kernel."""
+    """Host time of one @devalloc.kernel launch, against the same plain kernel
+    with one more int64 argument, in turns (see `measure.launch_overhead_us`)."""
     out = cuda.to_device(np.zeros(1, np.int64))
     with devalloc.Arena(1 << 20) as arena:
         benchmark.pedantic(lambda: K.launch_only[1, 32](arena, out), rounds=3000, warmup_rounds=100)
         arena.check()
-    dev = benchmark.stats.stats.median * 1e6
-    plain = M.host_us_per_launch(lambda: K.plain_launch[1, 32](out))
-    benchmark.extra_info.update(devalloc_us=dev, plain_us=plain)
-    assert dev - plain <= 3.0, f"a devalloc launch costs {dev - plain:.2f} us more"
+    rows = M.launch_overhead_us(launches=500, pairs=9)
+    benchmark.extra_info.update(rows=rows)
+    for row in rows:
+        assert row["over_plain_us"] <= 3.0, row
+        assert row["over_plain_with_scalar_us"] <= 1.0, row
 
 
 def test_single_shot_against_preallocated(benchmark):
@@ -82,10 +83,10 @@ def test_single_shot_against_preallocated(benchmark):
 
 @pytest.mark.parametrize("strategy", devalloc.STRATEGIES)
 @pytest.mark.parametrize("size", [16, 256, 8192])
-def test_usable_fraction(benchmark, size, strategy):
-    fraction = benchmark.pedantic(M.usable_fraction, args=(size, strategy), rounds=1)
-    benchmark.extra_info["usable_fraction"] = fraction
-    assert fraction >= 0.98
+def test_usable_fraction(size, strategy):
+    """A memory target, not a timing: no benchmark fixture, so the gate does not
+    compare the time it takes to fill a GiB."""
+    assert M.usable_fraction(size, strategy) >= 0.98
 
 
 def test_warp_slab_beats_device_malloc(benchmark):

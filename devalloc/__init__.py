@@ -9,7 +9,9 @@ synchronizing.
 Where things are:
 
 host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, stats,
-               close), memory.py (GPU or simulated bytes), stats.py, errors.py
+               close), capture.py (capture and replay), memory.py (GPU or
+               simulated bytes), stats.py, errors.py, cuda_graphs.py (the driver
+               calls of CUDA graphs)
 device side    allocator.py (bump and warp-slab allocation, block bookkeeping),
                warp.py (warp primitives), device_memory.py (addresses to arrays)
 Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
@@ -20,6 +22,7 @@ shared         layout.py (header words, handle bits, block state)
 """
 
 from .arena import STRATEGIES, Arena
+from .capture import Graph
 from .errors import (
     ArenaClosedError,
     ArenaOverflowError,
@@ -42,6 +45,7 @@ __all__ = [
     "ArenaStats",
     "DevallocError",
     "DeviceMemoryError",
+    "Graph",
     "Kernel",
     "NoGpuError",
     "kernel",

@@ -80,6 +80,7 @@ from .warp import (
 )
 
 LOW32 = 0xFFFFFFFF
+shard_base = device_function(L.shard_base)
 REFILLING = -1  # a slab word while one group refills it (slab words are never negative)
 
 
@@ -90,16 +91,41 @@ REFILLING = -1  # a slab word while one group refills it (slab words are never n
 def fold_other_slot(hdr, slot):
     """Run by one thread at the start of a launch: fold the other slot, left by an
     earlier launch that has finished, into the totals and zero it for the next."""
+    hdr[L.LIVE_SLOT] = slot
     other = (1 - slot) * L.SLOT_WORDS
     used = min(hdr[other + L.CURSOR], hdr[L.CAPACITY])
     if used > hdr[L.PEAK]:
         hdr[L.PEAK] = used
+    for shard in range(L.COUNT_SHARDS):  # the blocks' counts, into the slot's words
+        base = shard_base(1 - slot, shard)
+        hdr[other + L.ALLOCS] += hdr[base + L.SHARD_ALLOCS]
+        hdr[other + L.REQUESTED] += hdr[base + L.SHARD_GRANULES]
+        hdr[base + L.SHARD_ALLOCS] = 0
+        hdr[base + L.SHARD_GRANULES] = 0
     if hdr[other + L.REQUESTED] > hdr[L.PEAK_REQUESTED]:
         hdr[L.PEAK_REQUESTED] = hdr[other + L.REQUESTED]
     hdr[L.TOTAL_ALLOCS] += hdr[other + L.ALLOCS]
     hdr[L.TOTAL_FAILED] += hdr[other + L.FAILED]
     for word in range(L.SLOT_WORDS):
         hdr[other + word] = 0
+
+
+@device_function
+def resolve_slot(hdr, handle):
+    """The launch handle with the slot the launch allocates from: as given, or,
+    for a launch replayed from a captured graph, the one the replay's first
+    node chose."""
+    if handle & L.REPLAYED:
+        return (handle & ~L.SLOT_MASK) | hdr[L.LIVE_SLOT]
+    return handle
+
+
+@device_function
+def begin_replay(hdr):
+    """A replay's first node, one thread: the replay takes the slot the latest
+    launch did not use, and empties it (folding what it held into the totals),
+    as an eager launch outside a frame does with the slot in its handle."""
+    fold_other_slot(hdr, 1 - hdr[L.LIVE_SLOT])
 
 
 @device_function
@@ -140,8 +166,12 @@ def leave_block(hdr, state, slot, seq, align):
             counts = int32_words(state)
             allocs = counts[L.COUNT_ALLOCS]
             if allocs != 0:  # fire and forget: the thread need not wait for it
-                reduce_add(hdr, slot * L.SLOT_WORDS + L.ALLOCS, allocs)
-                reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, counts[L.COUNT_GRANULES])
+                block = cuda.blockIdx.x + cuda.gridDim.x * (
+                    cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z
+                )
+                base = shard_base(slot, block % L.COUNT_SHARDS)
+                reduce_add(hdr, base + L.SHARD_ALLOCS, allocs)
+                reduce_add(hdr, base + L.SHARD_GRANULES, counts[L.COUNT_GRANULES])
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
                 report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])

@@ -27,6 +27,7 @@ import weakref
 import numpy as np
 
 from . import layout as L
+from .device_memory import SIMULATOR
 from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
 from .memory import Memory
 from .stats import ArenaStats
@@ -78,6 +79,12 @@ def _number_dtype(dtype):
     if dtype.kind not in _NUMBER_KINDS:
         raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype})")
     return dtype
+
+
+# Read at every launch: module constants are one lookup, layout's attributes two.
+_EVENT = L.REC_EVENT
+_SEQ_MASK = L.SEQ_MASK
+_SEQ_SHIFT = L.SEQ_SHIFT
 
 
 class _Reports:
@@ -188,6 +195,8 @@ class _Frame:
             arena._require_open()
             if arena._in_frame:
                 raise DevallocError("arena.frame() is already open; frames do not nest")
+            if arena._capture is not None:
+                raise DevallocError("arena.frame() cannot open inside arena.capture()")
         except BaseException:
             arena._lock.release()
             raise
@@ -274,6 +283,7 @@ class Arena:
         header[L.CAPACITY] = capacity
         header[L.FAIL_RECORD] = self._memory.record_address
         header[L.PENDING_ASKED] = L.NOTHING_ASKED
+        header[L.LIVE_SLOT] = 1  # as if the latest launch had used slot 1: the first uses 0
         self._memory.write_header(header)
 
         self._reports = _Reports(self._memory, capacity)
@@ -289,6 +299,7 @@ class Arena:
         self._slot = 0
         self._dirty = False  # the live slot has seen a launch since it was cleared
         self._in_frame = False
+        self._capture = None  # the Graph being recorded, while arena.capture() is open
         self._seq = 0
         self._launches = 0
         self._resets = 0
@@ -350,27 +361,46 @@ class Arena:
 
     # -- launches (called by devalloc.kernel, holding self._lock) ---------------------
 
-    def _begin_launch(self, kernel_name, warps, stream):
-        """Everything a launch needs from the host, without a CUDA call in the steady
-        state (this is the whole per-launch cost: keep it lean). Returns the int64
-        handle the kernel receives."""
+    def _launch(self, launch, kernel_name, warps, stream, args):
+        """Queue ``launch(handle, *args)``, with everything it needs from the host
+        and no CUDA call in the steady state. This is the whole per-launch cost
+        of devalloc on the host: keep it lean (measured against a plain launch
+        by benchmarks/run.py's launch suite)."""
         if self._closed:
             raise ArenaClosedError(f"cannot launch {kernel_name!r} on a closed arena")
         reports = self._reports
-        if reports.record[L.REC_EVENT] != reports.seen:
+        if reports.record[_EVENT] != reports.seen:
             self._report_failures(not_launched=kernel_name)
         if stream is not reports.stream and stream != reports.stream:
             self._move_to(stream)
         seq = self._seq = self._seq + 1
-        residue = seq & L.SEQ_MASK
+        residue = seq & _SEQ_MASK
         reports.names[residue] = kernel_name
         slab_bits = self._slab_bits.get(warps)
         if slab_bits is None:
-            if len(self._slab_bits) > 256:
-                self._slab_bits.clear()
-            log2_slab = L.log2_slab_for(self._capacity, warps, self._align)
-            slab_bits = self._slab_bits[warps] = log2_slab << L.SLAB_SHIFT
-        return self._handle_base | self._slot | slab_bits | residue << L.SEQ_SHIFT
+            slab_bits = self._new_slab_bits(warps)
+        try:
+            launch(self._handle_base | slab_bits | residue << _SEQ_SHIFT | self._slot, *args)
+        except BaseException:
+            if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
+                self._end_launch()
+            raise
+        self._end_launch()
+
+    def _handle_for(self, warps):
+        """A launch handle without its slot: header, slab size, a new sequence number."""
+        seq = self._seq = self._seq + 1
+        slab_bits = self._slab_bits.get(warps)
+        if slab_bits is None:
+            slab_bits = self._new_slab_bits(warps)
+        return self._handle_base | slab_bits | (seq & _SEQ_MASK) << _SEQ_SHIFT
+
+    def _new_slab_bits(self, warps):
+        if len(self._slab_bits) > 256:
+            self._slab_bits.clear()
+        log2_slab = L.log2_slab_for(self._capacity, warps, self._align)
+        bits = self._slab_bits[warps] = log2_slab << L.SLAB_SHIFT
+        return bits
 
     def _move_to(self, stream):
         """The arena's next work goes to `stream`: ordered after what it queued
@@ -387,6 +417,28 @@ class Arena:
         if self._in_frame:
             self._dirty = True
         else:  # the next launch starts empty: it allocates from the other slot
+            self._slot ^= 1
+            self._resets += 1
+
+    def _replay(self, graph, stream):
+        """`Graph.replay`: the captured launches as one frame of their own."""
+        with self._lock:
+            if self._closed:
+                raise ArenaClosedError("cannot replay a graph of a closed arena")
+            if self._in_frame or self._capture is not None:
+                raise DevallocError(
+                    "a replay is a frame of its own: replay outside arena.frame() and "
+                    "arena.capture()"
+                )
+            reports = self._reports
+            if reports.record[L.REC_EVENT] != reports.seen:
+                self._report_failures(not_launched=f"a replay of {graph!r}")
+            if stream is not reports.stream and stream != reports.stream:
+                self._move_to(stream)
+            reports.names.update(graph._names)
+            graph._recording.launch(stream)
+            # The replay took the slot the next launch would have (see capture.py).
+            self._launches += graph.launches
             self._slot ^= 1
             self._resets += 1
 
@@ -432,6 +484,20 @@ class Arena:
             if stream is not None and stream is not self._reports.stream:
                 self._move_to(stream)
             self._clear_live_region()
+
+    def capture(self, stream=None):
+        """Record the launches inside as one CUDA graph, not run:
+        ``with arena.capture() as graph: ...``, then ``graph.replay()`` runs
+        them as one frame, as often as wanted (see `devalloc.Graph`).
+
+        devalloc kernels launched inside are recorded; other work joins the
+        graph when queued on ``graph.stream`` (`stream`, if given: a Numba
+        stream to capture on; otherwise one of the graph's own). Like a frame,
+        the capture holds the arena: other threads wait until it closes.
+        """
+        from .capture import _Capture
+
+        return _Capture(self, stream)
 
     def frame(self, *, check=True):
         """Launches inside share one lifetime: memory one kernel allocated stays
@@ -485,12 +551,21 @@ class Arena:
             self._memory.read_header(words)
             slots = [words[L.slot_base(s) : L.slot_base(s) + L.SLOT_WORDS] for s in (0, 1)]
             used = [min(int(slot[L.CURSOR]), self._capacity) for slot in slots]
-            requested = [int(slot[L.REQUESTED]) << 4 for slot in slots]
+            # A slot's counts: its own words and what its blocks left in its count lines.
+            shards = [[L.shard_base(s, k) for k in range(L.COUNT_SHARDS)] for s in (0, 1)]
+            allocs = [
+                int(slot[L.ALLOCS]) + sum(int(words[b + L.SHARD_ALLOCS]) for b in bases)
+                for slot, bases in zip(slots, shards)
+            ]
+            requested = [
+                (int(slot[L.REQUESTED]) + sum(int(words[b + L.SHARD_GRANULES]) for b in bases)) << 4
+                for slot, bases in zip(slots, shards)
+            ]
             return ArenaStats(
                 capacity_bytes=self._capacity,
                 current_bytes=used[self._slot],
                 peak_bytes=max(int(words[L.PEAK]), *used),
-                total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(int(s[L.ALLOCS]) for s in slots),
+                total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(allocs),
                 failed_allocs=int(words[L.TOTAL_FAILED]) + sum(int(s[L.FAILED]) for s in slots),
                 resets=self._resets,
                 launches=self._launches,

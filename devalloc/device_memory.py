@@ -15,9 +15,9 @@ import bisect
 import threading
 
 import numpy as np
-from numba import config, cuda
+from numba import cuda
 
-SIMULATOR = bool(config.ENABLE_CUDASIM)
+from .numba_compat import SIMULATOR
 
 __all__ = [
     "SIMULATOR",
@@ -90,11 +90,9 @@ if SIMULATOR:
         array_at(address, 1)[0] = value
 
 else:
-    from llvmlite import ir
     from numba import types
-    from numba.cuda import cgutils
-    from numba.cuda.extending import intrinsic
-    from numba.cuda.np.numpy_support import carray
+
+    from .numba_compat import carray, cgutils, intrinsic, ir
 
     device_function = cuda.jit(device=True, forceinline=True)
 

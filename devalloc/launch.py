@@ -21,15 +21,16 @@ import inspect
 import math
 import operator
 import textwrap
-from contextlib import contextmanager
 
 import numpy as np
 from numba import cuda, int64, types
 
 from . import layout as L
-from .allocator import enter_block, leave_block
+from .allocator import enter_block, leave_block, resolve_slot
 from .arena import Arena
 from .device_memory import SIMULATOR, array_at
+from .errors import DevallocError
+from .numba_compat import compiling_for
 
 if SIMULATOR:
     from .sim_arena import arena_maker, simulated_launch
@@ -44,6 +45,7 @@ __all__ = ["Kernel", "kernel"]
 _BODY = """\
 {state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
 {hdr} = {array_at}({handle} & {ADDRESS_MASK}, {HEADER_WORDS})
+{handle} = {resolve_slot}({hdr}, {handle})  # a replayed launch's slot is on the device
 {slot} = {handle} & {SLOT_MASK}
 {warp} = {enter_block}({hdr}, {state}, {slot})
 {user}({make_arena}({handle}, {hdr}[{CAPACITY}], {warp}, {state}){params})
@@ -143,6 +145,7 @@ class Kernel:
             "array_at": array_at,
             "enter_block": enter_block,
             "leave_block": leave_block,
+            "resolve_slot": resolve_slot,
             "make_arena": make_arena,
             "user": self._user,
         }
@@ -248,16 +251,32 @@ class _Launcher:
         if SIMULATOR:  # the GPU refuses these while typing the launch
             refuse_runtime_dtypes(args)
         with arena._lock:
-            handle = arena._begin_launch(self._name, self._warps, self._stream)
+            if arena._capture is not None:
+                return self._record(arena, args)
             try:
-                launch(handle, *args)
+                arena._launch(launch, self._name, self._warps, self._stream, args)
             except BaseException:
-                if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
-                    arena._end_launch()
-                else:  # nothing was queued; say why, if a dtype argument is why
+                if not SIMULATOR:  # nothing was queued; say why, if a dtype argument is why
                     refuse_runtime_dtypes(args)
                 raise
-            arena._end_launch()
+
+    def _record(self, arena, args):
+        """Inside ``arena.capture()``: the launch becomes a node of the graph."""
+        graph = arena._capture
+        if self._stream and self._stream is not graph.stream:
+            raise DevallocError(
+                f"{self._name}: inside arena.capture(), launch devalloc kernels without a "
+                "stream (or on graph.stream); they are recorded on the graph's stream"
+            )
+        dispatcher = self._kernel.dispatcher(*arena._kernel_key)
+        block, shared = self._rest[0], (self._rest[2] if len(self._rest) > 2 else 0)
+
+        def launch_on(stream):
+            if SIMULATOR:
+                return simulated_launch(dispatcher, (self._griddim, block))
+            return dispatcher[self._griddim, block, stream, shared]
+
+        graph._record(launch_on, arena._handle_for(self._warps), args, self._name)
 
     def _configure(self, arena):
         """The Numba launch of the wrapper compiled for this arena's type."""
@@ -291,31 +310,3 @@ def kernel(func=None, **options):
             f"@devalloc.kernel(**cuda_jit_options) (got {func!r})"
         )
     return Kernel(func, options)
-
-
-class _StandInDevice:
-    """What numba-cuda's device-function compiler asks the current device for."""
-
-    def __init__(self, cc):
-        self.compute_capability = cc
-
-
-@contextmanager
-def compiling_for(cc):
-    """Compile device functions for compute capability `cc`, with or without a GPU.
-
-    numba-cuda compiles device functions (and the bodies of @overload) through a
-    dispatcher that asks ``get_current_device()`` for the compute capability,
-    which fails on a machine without a GPU. Under this context that one lookup
-    answers `cc`.
-    """
-    from numba.cuda import dispatcher as numba_dispatcher
-    from numba.cuda.core.compiler_lock import global_compiler_lock
-
-    with global_compiler_lock:
-        original = numba_dispatcher.get_current_device
-        numba_dispatcher.get_current_device = lambda: _StandInDevice(cc)
-        try:
-            yield
-        finally:
-            numba_dispatcher.get_current_device = original

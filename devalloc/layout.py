@@ -6,7 +6,7 @@ written down once.
 One arena is one device allocation::
 
     +---------+----------------+----------------------------------------------+
-    | padding | header (256 B) | data region: `capacity` bytes                |
+    | padding | header (4 KiB) | data region: `capacity` bytes                |
     +---------+----------------+----------------------------------------------+
               ^ header         ^ data = header + HEADER_BYTES, a multiple of `align`
 
@@ -16,7 +16,7 @@ the running totals and zeroes it. Resetting the arena is therefore just the
 host switching slots for the next launch: no memset, no extra CUDA call.
 """
 
-HEADER_BYTES = 256
+HEADER_BYTES = 4096  # a power of two: the data region after it keeps any `align`
 GRANULE = 16  # small allocations are packed on 16-byte granules (CUDA malloc's guarantee)
 # Largest data region: slab words hold granule numbers in 63 - REM_BITS bits, and
 # the cursor (int64) must not wrap however many requests run past the end at once.
@@ -41,7 +41,23 @@ PENDING_FAILED = 14  # how many
 PENDING_ASKED = 15  # the largest request among them, bytes (NOTHING_ASKED if none)
 PENDING_SEQ = 16  # 1 + sequence number (mod 2**SEQ_BITS) of the first launch among them
 PEAK_REQUESTED = 17  # largest `REQUESTED` of any folded slot
-HEADER_WORDS = 32
+LIVE_SLOT = 18  # the slot of the latest launch; a replayed graph's launches read theirs here
+# What a block adds at its exit goes to one of COUNT_SHARDS count lines per slot
+# (by block index), each a 128-byte line of its own: on the cursor's line, every
+# block's two reductions queued behind its atomics (about 2 ns each on the H200).
+COUNT_SHARDS = 8
+SHARD_WORDS = 16  # one 128-byte line
+SHARDS_AT = 32  # word of the first line (slot 0's shards, then slot 1's)
+SHARD_ALLOCS = 0  # words of a shard: added to the slot's ALLOCS and REQUESTED
+SHARD_GRANULES = 1
+HEADER_WORDS = HEADER_BYTES // 8
+
+
+def shard_base(slot, shard):
+    """First word of a slot's count line `shard`."""
+    return SHARDS_AT + (slot * COUNT_SHARDS + shard) * SHARD_WORDS
+
+
 NOTHING_ASKED = -(1 << 63)
 
 
@@ -81,11 +97,14 @@ REM_MASK = (1 << REM_BITS) - 1
 # -- the launch handle: one int64 kernel argument ---------------------------------
 #   bit  0       slot this launch allocates from
 #   bits 1..5    log2(slab bytes)
+#   bit  6       replayed: the launch is a node of a captured graph; its slot is the
+#                header's LIVE_SLOT, chosen by the replay's first node
 #   bits 8..47   header address (256-byte aligned, below 2**48)
 #   bits 48..62  launch sequence number mod 2**15
 SLOT_MASK = 0x1
 SLAB_SHIFT = 1
 SLAB_MASK = 0x1F
+REPLAYED = 1 << 6
 ADDRESS_MASK = ((1 << 48) - 1) & ~0xFF
 SEQ_SHIFT = 48
 SEQ_BITS = 15

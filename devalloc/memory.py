@@ -21,13 +21,10 @@ from .device_memory import SIMULATOR
 from .errors import DeviceMemoryError, NoGpuError
 
 if SIMULATOR:
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
     from .device_memory import bytes_at, register_buffer, unregister_buffer
+    from .numba_compat import FakeCUDAArray
 else:
-    from numba.cuda.cudadrv import driver
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-    from numba.cuda.cudadrv.error import CudaSupportError
+    from .numba_compat import CudaSupportError, DeviceNDArray, driver, flush_deallocations
 
 __all__ = ["GpuMemory", "Memory", "SimMemory"]
 
@@ -120,7 +117,7 @@ class GpuMemory:
         self._mem = None
         self.record = None
         with self._context():
-            cuda.current_context().deallocations.clear()
+            flush_deallocations()
 
 
 class SimMemory:

@@ -10,19 +10,25 @@ model, and the methods kernels call on it: ``alloc``, ``offset`` and ``view``.
 allocator's branches on them fold away at compile time.
 """
 
-from llvmlite import ir
 from numba import cuda, types
-from numba.core.errors import TypingError
-from numba.cuda import cgutils
-from numba.cuda.datamodel.models import StructModel
-from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload_method, register_model
-from numba.cuda.np.numpy_support import as_dtype, carray
 
 from . import layout as L
 from .allocator import group_alloc, request_bytes
 from .device_memory import array_at, device_function, global_pointer, numba_dtype
 from .errors import DTYPE_HINT
-from .numba_compat import keep_stores_into_arrays
+from .numba_compat import (
+    StructModel,
+    TypingError,
+    as_dtype,
+    carray,
+    cgutils,
+    intrinsic,
+    ir,
+    keep_stores_into_arrays,
+    make_attribute_wrapper,
+    overload_method,
+    register_model,
+)
 
 keep_stores_into_arrays()
 

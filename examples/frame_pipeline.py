@@ -47,7 +47,8 @@ import devalloc  # noqa: E402
 from devalloc.device_memory import SIMULATOR  # noqa: E402
 from kernels import image as K  # noqa: E402
 
-MODES = ("devalloc", "malloc", "static")
+MODES = ("devalloc", "malloc", "static", "devalloc-graph", "static-graph")
+GRAPH_MODES = ("devalloc-graph", "static-graph")
 PIXEL_BLOCK = (8, 8) if SIMULATOR else (16, 16)  # the simulator pays per thread
 TILE_BLOCK = (K.TILE, 8)
 HEADROOM = 1.5
@@ -177,27 +178,28 @@ class Outputs:
         self.palette = cuda.to_device(K.PALETTE)
 
 
-def edges_of(camera, buf):
+def edges_of(camera, buf, stream=0):
     """The stages up to the edge map; returns the buffer holding the edges."""
-    grid = camera.grid
-    K.grayscale[grid, PIXEL_BLOCK](camera.rgb, buf["gray"])
-    K.blur_rows[grid, PIXEL_BLOCK](buf["gray"], buf["blur_x"])
-    K.blur_columns[grid, PIXEL_BLOCK](buf["blur_x"], buf["blur"])
-    K.sobel[grid, PIXEL_BLOCK](buf["blur"], buf["magnitude"], buf["direction"])
-    K.suppress[grid, PIXEL_BLOCK](buf["magnitude"], buf["direction"], buf["strength"])
+    at = (camera.grid, PIXEL_BLOCK, stream)
+    K.grayscale[at](camera.rgb, buf["gray"])
+    K.blur_rows[at](buf["gray"], buf["blur_x"])
+    K.blur_columns[at](buf["blur_x"], buf["blur"])
+    K.sobel[at](buf["blur"], buf["magnitude"], buf["direction"])
+    K.suppress[at](buf["magnitude"], buf["direction"], buf["strength"])
     src, dst = buf["edges"], buf["edges_next"]
-    K.seed_edges[grid, PIXEL_BLOCK](buf["strength"], src)
+    K.seed_edges[at](buf["strength"], src)
     for _ in range(K.HYSTERESIS_PASSES):
-        K.grow_edges[grid, PIXEL_BLOCK](buf["strength"], src, dst)
+        K.grow_edges[at](buf["strength"], src, dst)
         src, dst = dst, src
     return src
 
 
-def lists_at_starts(camera, out, buf, edges, points):
+def lists_at_starts(camera, out, buf, edges, points, stream=0):
     """The list stage where the host placed each tile's list (buf["starts"]):
     fill the lists, then the histograms and overlay from them."""
-    K.fill_tiles[out.tiles, TILE_BLOCK](edges, buf["blur"], buf["starts"], buf["counts"], points)
-    K.consume_tiles[out.tiles, TILE_BLOCK](
+    at = (out.tiles, TILE_BLOCK, stream)
+    K.fill_tiles[at](edges, buf["blur"], buf["starts"], buf["counts"], points)
+    K.consume_tiles[at](
         points, buf["starts"], buf["counts"], camera.rgb, out.palette, out.hist, out.overlay
     )
 
@@ -229,8 +231,33 @@ class Static:
     def process(self):
         edges = edges_of(self.camera, self.buf)
         lists_at_starts(self.camera, self.out, self.buf, edges, self.points)
+        self.queued = time.perf_counter()
         cuda.synchronize()
         return edges
+
+
+class StaticGraph(Static):
+    """`Static`, its frame captured once as a CUDA graph and replayed (on the
+    simulator, which has no graphs, launched eagerly)."""
+
+    name = "static-graph"
+
+    def process(self):
+        if getattr(self, "graph", None) is None:
+            edges = super().process()  # eagerly first: every kernel loaded before capture
+            if not SIMULATOR:
+                from devalloc.cuda_graphs import StreamCapture
+
+                self.graph = StreamCapture()
+                self.edges = edges_of(self.camera, self.buf, self.graph.stream)
+                lists_at_starts(self.camera, self.out, self.buf, self.edges, self.points,
+                                self.graph.stream)  # fmt: skip
+                self.graph.finish()
+            return edges
+        self.graph.launch(0)
+        self.queued = time.perf_counter()
+        cuda.synchronize()
+        return self.edges
 
 
 class Malloc:
@@ -253,6 +280,7 @@ class Malloc:
         buf["starts"] = cuda.to_device(starts)
         points = cuda.device_array((max(int(counts.sum()), 1), K.POINT), np.int32)
         lists_at_starts(self.camera, out, buf, edges, points)
+        self.queued = time.perf_counter()
         cuda.synchronize()
         frame_bytes = sum(a.nbytes for a in buf.values()) + points.nbytes
         self.held_bytes = max(self.held_bytes, frame_bytes)
@@ -307,21 +335,51 @@ class Devalloc:
                 self._use(devalloc.Arena(self.fixed_bytes + 2 * lists, strategy=self.strategy))
 
     def _frame(self):
+        with self.arena.frame(check=False):
+            edges = self._launches()
+        self.queued = time.perf_counter()
+        self.arena.check()  # waits for the frame; raises if the lists overflowed
+        return edges
+
+    def _launches(self, stream=0):
+        """The frame's work: devalloc kernels need no stream (inside a capture
+        they are recorded on the graph's), the others take `stream`."""
         arena, buf, out = self.arena, self.buf, self.out
-        with arena.frame():  # exits after the frame's work is done, then resets
-            # The frame's first allocation: the fixed buffers, at offset 0.
-            K.reserve[1, 1](arena, self.fixed_bytes, self.where)
-            edges = edges_of(self.camera, buf)
-            K.arena_lists[out.tiles, TILE_BLOCK](arena, edges, buf["blur"], buf["table"])
-            K.arena_consume[out.tiles, TILE_BLOCK](
-                arena, buf["table"], self.camera.rgb, out.palette, out.hist, out.overlay
-            )
+        # The frame's first allocation: the fixed buffers, at offset 0.
+        K.reserve[1, 1](arena, self.fixed_bytes, self.where)
+        edges = edges_of(self.camera, buf, stream)
+        K.arena_lists[out.tiles, TILE_BLOCK](arena, edges, buf["blur"], buf["table"])
+        K.arena_consume[out.tiles, TILE_BLOCK](
+            arena, buf["table"], self.camera.rgb, out.palette, out.hist, out.overlay
+        )
         return edges
 
     def check_reservation(self):
         where = int(self.where.copy_to_host()[0])
         if where != 0:
             raise RuntimeError(f"the frame's fixed buffers landed at offset {where}, not 0")
+
+
+class DevallocGraph(Devalloc):
+    """`Devalloc`, its frame captured once with ``arena.capture()`` and replayed
+    each frame (captured again when the arena is regrown)."""
+
+    name = "devalloc-graph"
+
+    def _frame(self):
+        if getattr(self, "captured_for", None) is not self.arena:
+            # Eagerly first, so that every kernel is loaded before the capture. The
+            # simulator records devalloc kernels only: there every frame is eager.
+            edges = super()._frame()
+            if not SIMULATOR:
+                with self.arena.capture() as graph:
+                    self.edges = self._launches(graph.stream)
+                self.graph, self.captured_for = graph, self.arena
+            return edges
+        self.graph.replay()
+        self.queued = time.perf_counter()
+        self.arena.check()
+        return self.edges
 
 
 # -- running ---------------------------------------------------------------------------
@@ -374,11 +432,13 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
     out = Outputs(height, width)
     baseline = used_device_bytes()
     with MallocCounter() as setup:
-        if mode == "devalloc":
-            pipeline = Devalloc(camera, out, height, width, arena_bytes, strategy)
+        if mode.startswith("devalloc"):
+            kind = DevallocGraph if mode == "devalloc-graph" else Devalloc
+            pipeline = kind(camera, out, height, width, arena_bytes, strategy)
         else:
-            pipeline = {"static": Static, "malloc": Malloc}[mode](camera, out, height, width)
-    times, mallocs, peak_used, results = [], [], 0, []
+            kind = {"static": Static, "malloc": Malloc, "static-graph": StaticGraph}[mode]
+            pipeline = kind(camera, out, height, width)
+    times, host, mallocs, peak_used, results = [], [], [], 0, []
     label = f"{mode:>8} {width}x{height}"
     for index in tqdm(range(warmup + frames), desc=label, leave=False, disable=None):
         if not camera.frame(index):
@@ -391,6 +451,7 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
         peak_used = max(peak_used, used_device_bytes() - baseline)
         if index >= warmup:
             times.append(elapsed)
+            host.append(pipeline.queued - begin)  # until the frame's work was queued
             mallocs.append(counter.calls)
         if index in keep:
             results.append(
@@ -399,17 +460,18 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
             if overlays is not None:
                 name = f"overlay-{mode}-{width}x{height}-{index:04d}.png"
                 write_overlay(overlays / name, results[-1][3])
-    if mode == "devalloc":
+    if mode.startswith("devalloc"):
         pipeline.check_reservation()
         pipeline.arena.close()
     median = statistics.median(times) * 1e3 if times else float("nan")
     return {
         "mode": mode,
-        "strategy": strategy if mode == "devalloc" else None,
+        "strategy": strategy if mode.startswith("devalloc") else None,
         "size": f"{width}x{height}",
         "frames": len(times),
         "median_ms": median,
         "fps": 1e3 / median,
+        "host_ms": statistics.median(host) * 1e3 if host else float("nan"),
         "setup_mallocs": setup.calls,
         "mallocs_per_frame": statistics.median(mallocs) if mallocs else float("nan"),
         "peak_mib": pipeline.held_bytes / 2**20,
@@ -442,12 +504,12 @@ def compare(all_results):
 
 
 def print_table(rows):
-    header = ("mode", "size", "ms/frame", "frames/s", "cudaMalloc/frame", "peak MiB")
-    print("\n" + " ".join(f"{h:>{w}}" for h, w in zip(header, (9, 10, 9, 9, 17, 9))))
+    header = ("mode", "size", "ms/frame", "host ms", "frames/s", "cudaMalloc/frame", "peak MiB")
+    print("\n" + " ".join(f"{h:>{w}}" for h, w in zip(header, (14, 10, 9, 8, 9, 17, 9))))
     for r in rows:
         print(
-            f"{r['mode']:>9} {r['size']:>10} {r['median_ms']:9.3f} {r['fps']:9.1f} "
-            f"{r['mallocs_per_frame']:17.0f} {r['peak_mib']:9.2f}"
+            f"{r['mode']:>14} {r['size']:>10} {r['median_ms']:9.3f} {r['host_ms']:8.3f} "
+            f"{r['fps']:9.1f} {r['mallocs_per_frame']:17.0f} {r['peak_mib']:9.2f}"
         )
 
 
@@ -466,7 +528,8 @@ def parse_size(text):
 def main(argv=None):
     gpu = not SIMULATOR and cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=(*MODES, "all"), default="all")
+    parser.add_argument("--mode", choices=(*MODES, "eager", "graph", "all"), default="all",
+                        help="one mode, the eager ones, the graph ones, or all")  # fmt: skip
     parser.add_argument(
         "--size", type=parse_size, action="append",
         help="WIDTHxHEIGHT, repeatable (default 1920x1080; 40x20 on the simulator)",
@@ -500,7 +563,11 @@ def main(argv=None):
     if isinstance(where, bytes):
         where = where.decode()
     print(f"frame pipeline on {where}")
-    modes = MODES if args.mode == "all" else (args.mode,)
+    modes = {
+        "all": MODES,
+        "graph": GRAPH_MODES,
+        "eager": tuple(m for m in MODES if m not in GRAPH_MODES),
+    }.get(args.mode, (args.mode,))
     arena_bytes = int(args.arena_mib * 2**20) if args.arena_mib else None
     keep = {warmup, warmup + frames // 2, warmup + frames - 1}
 

@@ -235,6 +235,25 @@ def test_stats_count_what_happened(arena):
         after.launches = 0  # frozen
 
 
+def test_counts_of_many_blocks_add_up_across_the_count_lines():
+    """Blocks add their counts to one of several header lines each (by block
+    index, so they do not queue on the cursor's line); stats and the fold of a
+    finished launch into the totals sum them."""
+    blocks = 2 * devalloc.layout.COUNT_SHARDS + 3
+    out = poisoned(32 * blocks, np.int64)
+    with devalloc.Arena(1 << 20) as arena:
+        with arena.frame():
+            take[blocks, 32](arena, np.array([40]), out)
+            during = arena.stats()
+        launch_take(arena, 16)  # a new launch folds the frame's slot into the totals
+        after = arena.stats()
+    assert (out >= 0).all()
+    assert during.total_allocs == 32 * blocks
+    assert during.requested_bytes == during.peak_requested_bytes == 32 * blocks * 48
+    assert after.total_allocs == 32 * blocks + 32
+    assert after.peak_requested_bytes == 32 * blocks * 48
+
+
 @pytest.mark.parametrize("strategy", devalloc.STRATEGIES)
 def test_a_frame_of_many_small_launches_fits_in_twice_what_it_asks(strategy):
     """Slabs sized from the arena (not from demand) left each launch's unused

@@ -34,7 +34,9 @@ def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path, strategy):
         "--strategy", strategy,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "identical across devalloc, malloc, static" in result.stdout
+    assert "identical across devalloc, malloc, static, devalloc-graph, static-graph" in (
+        result.stdout
+    )
     if SIMULATOR:
         assert "simulator" in result.stdout  # it says where it runs
     rows = {
@@ -44,7 +46,13 @@ def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path, strategy):
     assert rows["devalloc"]["strategy"] == strategy
     assert rows["malloc"]["mallocs_per_frame"] >= 10
     overlays = sorted(tmp_path.glob("overlay-*.png"))
-    assert [p.name.split("-")[1] for p in overlays] == ["devalloc", "malloc", "static"]
+    modes = [p.name[len("overlay-") :].rsplit("-", 2)[0] for p in overlays]
+    assert modes == ["devalloc", "devalloc-graph", "malloc", "static", "static-graph"]
+    assert (
+        rows["devalloc-graph"]["mallocs_per_frame"]
+        == 0
+        == rows["static-graph"]["mallocs_per_frame"]
+    )
     images = [iio.imread(p) for p in overlays]
     assert images[0].shape == (18, 36, 3) and images[0].dtype == np.uint8
     assert all(np.array_equal(images[0], image) for image in images[1:])

@@ -62,7 +62,7 @@ def test_ptx_suite(nvvm):
 
 def compile_all(module):
     """PTX of every kernel a `kernels` module lists in PTX_SIGNATURES."""
-    from devalloc.launch import compiling_for
+    from devalloc.numba_compat import compiling_for
 
     ptx = {}
     for name, argtypes in module.PTX_SIGNATURES.items():
@@ -242,7 +242,7 @@ chunk_through_the_tail = _chunk_kernel(direct=True)
 def test_a_chunk_takes_at_most_one_global_atomic(direct):
     """One group's chunk, on its way through the slabs (without waiting for another
     warp and without the end of the arena): none from a slab, one to refill."""
-    from devalloc.launch import compiling_for
+    from devalloc.numba_compat import compiling_for
 
     chunk = chunk_through_the_slabs if not direct else chunk_through_the_tail
     with compiling_for(CC):
@@ -274,7 +274,7 @@ def test_the_ballot_is_a_non_negative_mask_as_in_the_simulator():
     negative; mixed into int64 arithmetic it sign-extends, and its popcount is
     32 too many (seen on the H200: every allocation of a partial warp holding
     lane 31 counted 32 more). devalloc's ballot is the simulator's: 0 to 2**32-1."""
-    from devalloc.launch import compiling_for
+    from devalloc.numba_compat import compiling_for
     from devalloc.warp import FULL_MASK, ballot_sync
 
     def lanes(out):

@@ -1,0 +1,185 @@
+"""Host side: a frame recorded once and replayed (``arena.capture()``, ``graph.replay()``).
+
+On the GPU the launches inside ``with arena.capture() as graph:`` are recorded
+by CUDA stream capture into one CUDA graph; a replay is one ``cuGraphLaunch``.
+On the simulator the launches are recorded as calls and a replay makes them in
+order, with the same semantics.
+
+How a replay resets the arena with no host work per launch. An eager launch
+carries its slot in its handle, chosen by the host; a captured launch cannot,
+since the same graph is replayed again and again. So the graph's first node is
+one thread (`allocator.begin_replay`) that does on the device what the host
+does for an eager launch outside a frame: it takes the slot the latest launch
+did not use, records it in the header (LIVE_SLOT), and empties it, folding what
+the previous launch or replay left into the totals. The captured launches carry
+the REPLAYED bit instead of a slot and read LIVE_SLOT when they start. Eager
+launches write LIVE_SLOT too, so the host can keep predicting the slot without
+reading it back: a replay uses the slot the next eager launch would have used,
+and the host flips its own slot after it, exactly as after an eager launch.
+Resetting on the device, rather than alternating between two captured graphs
+or adding a memset node, keeps a replay one graph launch and the statistics
+and failure reports those of any launch: the first node folds them as every
+launch's first thread does.
+"""
+
+import weakref
+
+import numpy as np
+from numba import cuda
+
+from . import layout as L
+from .allocator import begin_replay
+from .device_memory import SIMULATOR, array_at
+from .errors import DevallocError
+
+__all__ = ["Graph"]
+
+
+@cuda.jit
+def _first_node(header_address):
+    begin_replay(array_at(header_address, L.HEADER_WORDS))
+
+
+class Graph:
+    """A frame captured with ``arena.capture()``. ``replay(stream=None)`` runs it
+    as one frame: it starts with an empty arena, memory lives across its
+    kernels, an overflow is reported at the next replay, launch or check, and
+    the statistics count it. Replays need no host synchronization between them.
+
+    Inside the capture, devalloc kernels launched without a stream (or on
+    ``graph.stream``) are recorded; other work (plain kernels, copies) joins the
+    graph when queued on ``graph.stream``. On the simulator only devalloc
+    kernels are recorded: other work runs at capture time.
+    """
+
+    def __init__(self, arena, stream=None):
+        self._arena = arena
+        self._names = {}  # launch sequence residue -> kernel name, for failure reports
+        self._launches = 0
+        self._recording = (_Recording if SIMULATOR else _StreamCapture)(stream)
+        self.stream = self._recording.stream
+        self._recording.record_first_node(arena._memory.header_address)
+
+    @property
+    def launches(self):
+        """How many devalloc launches one replay makes."""
+        return self._launches
+
+    def _record(self, launch_on, handle, args, name):
+        """Record a devalloc launch: `launch_on(stream)` gives the launch callable."""
+        self._names[(handle >> L.SEQ_SHIFT) & L.SEQ_MASK] = name
+        self._launches += 1
+        self._recording.record(launch_on, handle | L.REPLAYED, args)
+
+    def replay(self, stream=None):
+        """Run the captured frame on `stream` (the default stream if omitted),
+        ordered after the arena's earlier work; no host synchronization."""
+        self._arena._replay(self, stream)
+
+    def close(self):
+        """Release the CUDA graph (also done when the Graph is dropped)."""
+        self._recording.close()
+
+    def __repr__(self):
+        return f"<devalloc.Graph: {self._launches} launches>"
+
+
+class _Capture:
+    """``with arena.capture(stream=None) as graph:``. Holds the arena's lock from
+    entry to exit, as a frame does."""
+
+    __slots__ = ("_arena", "_graph", "_stream")
+
+    def __init__(self, arena, stream):
+        self._arena = arena
+        self._stream = stream
+        self._graph = None
+
+    def __enter__(self):
+        arena = self._arena
+        arena._lock.acquire()
+        try:
+            arena._require_open()
+            if arena._in_frame or arena._capture is not None:
+                raise DevallocError("arena.capture() cannot open inside a frame or another capture")
+            self._graph = Graph(arena, self._stream)
+        except BaseException:
+            arena._lock.release()
+            raise
+        arena._capture = self._graph
+        return self._graph
+
+    def __exit__(self, exc_type, exc, traceback):
+        arena = self._arena
+        try:
+            arena._capture = None
+            if exc_type is None:
+                self._graph._recording.finish()
+            else:
+                self._graph._recording.abandon()
+        finally:
+            arena._lock.release()
+        return False
+
+
+class _Recording:
+    """The simulator's graph: the launches, as calls made in order."""
+
+    def __init__(self, stream):
+        self.stream = stream or cuda.stream()
+        self._calls = []
+
+    def record_first_node(self, header_address):
+        self._calls.append(lambda: _first_node[1, 1](header_address))
+
+    def record(self, launch_on, handle, args):
+        self._calls.append(lambda: launch_on(None)(handle, *args))
+
+    def finish(self):
+        pass
+
+    def abandon(self):
+        self._calls = None
+
+    def launch(self, stream):
+        if self._calls is None:
+            raise DevallocError("this graph was closed, or its capture did not finish")
+        for call in self._calls:
+            call()
+
+    def close(self):
+        self._calls = None
+
+
+class _StreamCapture:
+    """The GPU's graph: CUDA stream capture on a stream of its own."""
+
+    _warm = None  # a scratch header: the first node is loaded before any capture
+
+    def __init__(self, stream):
+        from .cuda_graphs import StreamCapture
+
+        if _StreamCapture._warm is None:  # no module loading while capturing
+            _StreamCapture._warm = cuda.to_device(np.zeros(L.HEADER_WORDS, np.int64))
+            _first_node[1, 1](_StreamCapture._warm.device_ctypes_pointer.value)
+        self._capture = StreamCapture(stream)
+        self.stream = self._capture.stream
+        self._finalizer = weakref.finalize(self, self._capture.close)
+
+    def record_first_node(self, header_address):
+        _first_node[1, 1, self.stream](header_address)
+
+    def record(self, launch_on, handle, args):
+        launch_on(self.stream)(handle, *args)
+
+    def finish(self):
+        self._capture.finish()
+
+    def abandon(self):
+        self._capture.abandon()
+
+    def launch(self, stream):
+        self._capture.launch(stream)
+
+    def close(self):
+        self._finalizer()

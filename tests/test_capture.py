@@ -1,0 +1,215 @@
+"""arena.capture() and graph.replay(): a frame recorded once, replayed as a frame
+of its own each time (on the simulator, the recorded launches run in order)."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import devalloc
+from devalloc.device_memory import SIMULATOR
+from helpers import poisoned
+
+POISON = poisoned(32, np.int64)
+
+
+def poison():
+    """A poisoned device array (captured launches take device arrays only)."""
+    return cuda.to_device(POISON)
+
+
+@devalloc.kernel
+def put(arena, value, offsets):
+    """Thread t allocates 32 bytes and writes value[0] + t into them."""
+    t = cuda.grid(1)
+    buf = arena.alloc(4, np.int64)
+    if buf.size > 0:
+        buf[0] = value[0] + t
+    offsets[t] = arena.offset(buf)
+
+
+@devalloc.kernel
+def get(arena, offsets, out):
+    """Thread t reads back what `put` left at offsets[t]."""
+    t = cuda.grid(1)
+    buf = arena.view(offsets[t], 4, np.int64)
+    out[t] = buf[0] if buf.size > 0 else -1
+
+
+@devalloc.kernel
+def big(arena, nbytes, out):
+    out[cuda.grid(1)] = arena.alloc(nbytes[0], np.uint8).size
+
+
+def two_kernels(arena, value, offsets, out):
+    with arena.capture() as graph:
+        put[1, 32](arena, value, offsets)
+        get[1, 32](arena, offsets, out)
+    return graph
+
+
+def test_a_capture_records_and_runs_nothing():
+    value, offsets, out = cuda.to_device(np.array([5])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        graph = two_kernels(arena, value, offsets, out)
+        stats = arena.stats()
+    assert graph.launches == 2 and isinstance(graph, devalloc.Graph)
+    assert (offsets.copy_to_host() == POISON).all()
+    assert (out.copy_to_host() == POISON).all()
+    assert (stats.launches, stats.total_allocs, stats.peak_bytes) == (0, 0, 0)
+
+
+def test_each_replay_is_a_frame_that_starts_empty():
+    value, offsets, out = cuda.to_device(np.array([0])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        graph = two_kernels(arena, value, offsets, out)
+        for replay in range(3):
+            value.copy_to_device(np.array([1000 * (replay + 1)]))
+            graph.replay()
+            # memory lives across the replay's kernels: `get` reads what `put` wrote
+            np.testing.assert_array_equal(out.copy_to_host(), 1000 * (replay + 1) + np.arange(32))
+            # and each replay starts with an empty arena
+            assert sorted(offsets.copy_to_host()) == list(range(0, 32 * 32, 32))
+        stats = arena.stats()
+    assert (stats.launches, stats.resets, stats.total_allocs) == (6, 3, 3 * 32)
+    assert stats.peak_bytes == 32 * 32 and stats.failed_allocs == 0
+
+
+def test_replays_and_eager_launches_interleave():
+    value, offsets, out = cuda.to_device(np.array([7])), poison(), poison()
+    eager = poison()
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, value, eager)  # before any capture
+        graph = two_kernels(arena, value, offsets, out)
+        for _ in range(2):
+            put[1, 32](arena, value, eager)
+            assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
+            graph.replay()
+            assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+        with arena.frame():  # a frame after replays: memory lives across its launches
+            put[1, 32](arena, value, eager)
+            put[1, 32](arena, value, offsets)
+        assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
+        assert sorted(offsets.copy_to_host()) == list(range(1024, 2048, 32))
+        graph.replay()
+        np.testing.assert_array_equal(out.copy_to_host(), 7 + np.arange(32))
+        assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+        stats = arena.stats()
+    assert stats.launches == 1 + 2 * 3 + 2 + 2 and stats.total_allocs == 32 * (1 + 2 * 2 + 2 + 1)
+
+
+def test_an_overflow_in_a_replay_is_reported_at_the_next_replay():
+    nbytes, out = cuda.to_device(np.array([1 << 20])), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        with arena.capture() as graph:
+            big[1, 32](arena, nbytes, out)
+        graph.replay()
+        assert (out.copy_to_host() == 0).all()  # refused: zero-size arrays
+        with pytest.raises(devalloc.ArenaOverflowError) as caught:
+            graph.replay()
+        error = caught.value
+        assert (error.kernel, error.requested, error.failed) == ("big", 1 << 20, 32)
+        assert "replay" in str(error.not_launched)
+        nbytes.copy_to_device(np.array([16]))
+        graph.replay()  # reported once: the graph replays again
+        arena.check()
+        assert (out.copy_to_host() == 16).all()
+        stats = arena.stats()
+    assert (stats.failed_allocs, stats.total_allocs) == (32, 32)
+
+
+def test_an_overflow_in_a_replay_is_reported_by_check():
+    nbytes, out = cuda.to_device(np.array([1 << 20])), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        with arena.capture() as graph:
+            big[1, 32](arena, nbytes, out)
+        graph.replay()
+        with pytest.raises(devalloc.ArenaOverflowError, match="'big'"):
+            arena.check()
+        arena.check()  # exactly once
+
+
+def test_what_a_capture_refuses():
+    value, offsets = cuda.to_device(np.array([1])), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        with arena.frame():
+            with pytest.raises(devalloc.DevallocError, match="inside a frame"):
+                arena.capture().__enter__()
+        with arena.capture() as graph:
+            with pytest.raises(devalloc.DevallocError, match=r"inside arena\.capture"):
+                arena.frame().__enter__()
+            with pytest.raises(devalloc.DevallocError, match="another capture"):
+                arena.capture().__enter__()
+            with pytest.raises(devalloc.DevallocError, match="without a stream"):
+                put[1, 32, cuda.stream()](arena, value, offsets)
+            with pytest.raises(devalloc.DevallocError, match="frame of its own"):
+                graph.replay()
+            put[1, 32, graph.stream](arena, value, offsets)  # the graph's own stream is fine
+        with arena.frame():
+            with pytest.raises(devalloc.DevallocError, match="frame of its own"):
+                graph.replay()
+        graph.replay()
+        assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+
+
+def test_an_exception_inside_a_capture_leaves_no_graph():
+    value, offsets = cuda.to_device(np.array([1])), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        with pytest.raises(ZeroDivisionError):
+            with arena.capture() as graph:
+                put[1, 32](arena, value, offsets)
+                raise ZeroDivisionError("a mistake in the captured code")
+        with pytest.raises(devalloc.DevallocError, match="did not finish"):
+            graph.replay()
+        put[1, 32](arena, value, offsets)  # the arena works on
+        assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+
+
+def test_a_graph_of_a_closed_arena_refuses_to_replay():
+    value, offsets, out = cuda.to_device(np.array([1])), poison(), poison()
+    arena = devalloc.Arena(1 << 16)
+    graph = two_kernels(arena, value, offsets, out)
+    graph.replay()
+    arena.close()
+    with pytest.raises(devalloc.ArenaClosedError):
+        graph.replay()
+    with pytest.raises(devalloc.ArenaClosedError):
+        arena.capture().__enter__()
+
+
+@cuda.jit
+def count_up(value):
+    value[0] += 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_a_real_graph_replays_back_to_back_with_plain_work_on_its_stream():
+    """On the GPU the capture is a CUDA graph: a plain kernel queued on
+    graph.stream is one of its nodes, and fifty replays queued on a stream of
+    their own, with no host synchronization between them, each start empty."""
+    value, offsets, out = cuda.to_device(np.array([0])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, value, offsets)  # every kernel loaded before the capture
+        get[1, 32](arena, offsets, out)
+        count_up[1, 1](value)
+        dropped = [cuda.device_array(16) for _ in range(64)]
+        with arena.capture() as graph:
+            # Numba frees dropped arrays in batches: not while capturing (a
+            # cuMemFree would invalidate the capture, as the pipeline met).
+            dropped.clear()
+            count_up[1, 1, graph.stream](value)
+            put[1, 32](arena, value, offsets)
+            get[1, 32](arena, offsets, out)
+        cuda.synchronize()
+        assert value.copy_to_host()[0] == 1  # recorded, not run
+        stream = cuda.stream()
+        for _ in range(50):
+            graph.replay(stream)
+        stream.synchronize()
+        arena.check()
+        stats = arena.stats()
+    assert value.copy_to_host()[0] == 51
+    np.testing.assert_array_equal(out.copy_to_host(), 51 + np.arange(32))
+    assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+    assert stats.launches == 2 + 50 * 2 and stats.total_allocs == 32 * 51
+    assert stats.peak_bytes == 1024
