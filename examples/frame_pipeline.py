@@ -207,6 +207,35 @@ def lists_at_starts(camera, out, buf, edges, points, stream=0):
 # -- the three modes ---------------------------------------------------------------------
 
 
+class FrameClock:
+    """When a frame began and when its work was all queued: on the host (time to
+    queue it) and, on the GPU, as events on the default stream (the frame's GPU
+    time; for a replayed graph, nothing but its kernels)."""
+
+    def __init__(self):
+        self.events = None if SIMULATOR else (cuda.event(), cuda.event())
+
+    def begin(self):
+        self.began = time.perf_counter()
+        if self.events:
+            self.events[0].record()
+
+    def queued(self):
+        self.host = time.perf_counter() - self.began
+        if self.events:
+            self.events[1].record()
+
+    def gpu_ms(self):
+        """After the frame finished: milliseconds between the two events."""
+        return cuda.event_elapsed_time(*self.events) if self.events else float("nan")
+
+
+def frame_queued(pipeline):
+    clock = getattr(pipeline, "clock", None)  # none while a mode sets itself up
+    if clock is not None:
+        clock.queued()
+
+
 class Static:
     """Everything allocated once; each tile's list has room for a whole tile."""
 
@@ -231,7 +260,7 @@ class Static:
     def process(self):
         edges = edges_of(self.camera, self.buf)
         lists_at_starts(self.camera, self.out, self.buf, edges, self.points)
-        self.queued = time.perf_counter()
+        frame_queued(self)
         cuda.synchronize()
         return edges
 
@@ -255,7 +284,7 @@ class StaticGraph(Static):
                 self.graph.finish()
             return edges
         self.graph.launch(0)
-        self.queued = time.perf_counter()
+        frame_queued(self)
         cuda.synchronize()
         return self.edges
 
@@ -280,7 +309,7 @@ class Malloc:
         buf["starts"] = cuda.to_device(starts)
         points = cuda.device_array((max(int(counts.sum()), 1), K.POINT), np.int32)
         lists_at_starts(self.camera, out, buf, edges, points)
-        self.queued = time.perf_counter()
+        frame_queued(self)
         cuda.synchronize()
         frame_bytes = sum(a.nbytes for a in buf.values()) + points.nbytes
         self.held_bytes = max(self.held_bytes, frame_bytes)
@@ -337,7 +366,7 @@ class Devalloc:
     def _frame(self):
         with self.arena.frame(check=False):
             edges = self._launches()
-        self.queued = time.perf_counter()
+        frame_queued(self)
         self.arena.check()  # waits for the frame; raises if the lists overflowed
         return edges
 
@@ -377,7 +406,7 @@ class DevallocGraph(Devalloc):
                 self.graph, self.captured_for = graph, self.arena
             return edges
         self.graph.replay()
-        self.queued = time.perf_counter()
+        frame_queued(self)
         self.arena.check()
         return self.edges
 
@@ -438,7 +467,8 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
         else:
             kind = {"static": Static, "malloc": Malloc, "static-graph": StaticGraph}[mode]
             pipeline = kind(camera, out, height, width)
-    times, host, mallocs, peak_used, results = [], [], [], 0, []
+    pipeline.clock = clock = FrameClock()
+    times, host, gpu, mallocs, peak_used, results = [], [], [], [], 0, []
     label = f"{mode:>8} {width}x{height}"
     for index in tqdm(range(warmup + frames), desc=label, leave=False, disable=None):
         if not camera.frame(index):
@@ -446,12 +476,14 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
         cuda.synchronize()
         with MallocCounter() as counter:
             begin = time.perf_counter()
+            clock.begin()
             edges = pipeline.process()
             elapsed = time.perf_counter() - begin
         peak_used = max(peak_used, used_device_bytes() - baseline)
         if index >= warmup:
             times.append(elapsed)
-            host.append(pipeline.queued - begin)  # until the frame's work was queued
+            host.append(clock.host)  # until the frame's work was queued
+            gpu.append(clock.gpu_ms())
             mallocs.append(counter.calls)
         if index in keep:
             results.append(
@@ -472,6 +504,7 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
         "median_ms": median,
         "fps": 1e3 / median,
         "host_ms": statistics.median(host) * 1e3 if host else float("nan"),
+        "gpu_ms": statistics.median(gpu) if gpu else float("nan"),
         "setup_mallocs": setup.calls,
         "mallocs_per_frame": statistics.median(mallocs) if mallocs else float("nan"),
         "peak_mib": pipeline.held_bytes / 2**20,
@@ -504,12 +537,15 @@ def compare(all_results):
 
 
 def print_table(rows):
-    header = ("mode", "size", "ms/frame", "host ms", "frames/s", "cudaMalloc/frame", "peak MiB")
-    print("\n" + " ".join(f"{h:>{w}}" for h, w in zip(header, (14, 10, 9, 8, 9, 17, 9))))
+    header = ("mode", "size", "ms/frame", "host ms", "GPU ms", "frames/s", "cudaMalloc/frame",
+              "peak MiB")  # fmt: skip
+    widths = (14, 10, 9, 8, 8, 9, 17, 9)
+    print("\n" + " ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
     for r in rows:
         print(
             f"{r['mode']:>14} {r['size']:>10} {r['median_ms']:9.3f} {r['host_ms']:8.3f} "
-            f"{r['fps']:9.1f} {r['mallocs_per_frame']:17.0f} {r['peak_mib']:9.2f}"
+            f"{r['gpu_ms']:8.3f} {r['fps']:9.1f} {r['mallocs_per_frame']:17.0f} "
+            f"{r['peak_mib']:9.2f}"
         )
 
 
