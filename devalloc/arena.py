@@ -454,6 +454,11 @@ class Arena:
 
     def _report_failures(self, not_launched=None):
         """Wait for the arena's launches; raise what failed and was not reported."""
+        if self._capture is not None:  # waiting would end the CUDA capture in error
+            raise DevallocError(
+                "arena.check(), stats() and close() wait for the GPU: call them after "
+                "arena.capture() closes"
+            )
         self._memory.synchronize(self._reports.stream)
         error = self._reports.take(not_launched)
         if error is not None:
@@ -585,6 +590,8 @@ class Arena:
         with self._lock:
             if self._closed:
                 return
+            if self._capture is not None:
+                self._report_failures()  # refuses, saying why
             self._closed = True
             self._release.detach()
             _open_arenas.discard(self)

@@ -143,6 +143,9 @@ def test_what_a_capture_refuses():
                 put[1, 32, cuda.stream()](arena, value, offsets)
             with pytest.raises(devalloc.DevallocError, match="frame of its own"):
                 graph.replay()
+            for waits in (arena.check, arena.stats, arena.close):  # would end the capture
+                with pytest.raises(devalloc.DevallocError, match=r"after arena\.capture"):
+                    waits()
             put[1, 32, graph.stream](arena, value, offsets)  # the graph's own stream is fine
         with arena.frame():
             with pytest.raises(devalloc.DevallocError, match="frame of its own"):
