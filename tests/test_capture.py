@@ -216,3 +216,30 @@ def test_a_real_graph_replays_back_to_back_with_plain_work_on_its_stream():
     assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
     assert stats.launches == 2 + 50 * 2 and stats.total_allocs == 32 * 51
     assert stats.peak_bytes == 1024
+
+
+def test_another_threads_launch_waits_for_the_capture_and_runs_eagerly():
+    """A capture holds the arena as a frame does: another thread's launch waits
+    until it closes, and is then made, not recorded."""
+    import threading
+
+    value, offsets, eager = cuda.to_device(np.array([3])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        started = threading.Event()
+
+        def other():
+            started.set()
+            put[1, 32](arena, value, eager)
+
+        with arena.capture() as graph:
+            put[1, 32](arena, value, offsets)
+            thread = threading.Thread(target=other)
+            thread.start()
+            started.wait()
+            thread.join(timeout=0.5)
+            assert thread.is_alive()  # waiting for the capture
+            assert (eager.copy_to_host() == POISON).all()
+        thread.join()
+        assert graph.launches == 1
+        assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
+        assert (offsets.copy_to_host() == POISON).all()  # recorded, not run
