@@ -66,19 +66,21 @@ def device_ms(launch, reps=7, warmup=2):
     return statistics.median(times)
 
 
-def host_us_per_launch(launch, launches=2000, reps=7):
-    """Median host time of one launch, in microseconds, over batches of `launches`."""
-    for _ in range(50):
+def batch_us(launch, launches):
+    """Host time of one call of `launch` in microseconds, over a batch of
+    `launches` calls (then waits for the GPU, so batches start alike)."""
+    begin = time.perf_counter()
+    for _ in range(launches):
         launch()
+    elapsed = (time.perf_counter() - begin) / launches * 1e6
     cuda.synchronize()
-    per_launch = []
-    for _ in range(reps):
-        begin = time.perf_counter()
-        for _ in range(launches):
-            launch()
-        per_launch.append((time.perf_counter() - begin) / launches * 1e6)
-        cuda.synchronize()
-    return statistics.median(per_launch)
+    return elapsed
+
+
+def host_us_per_launch(launch, launches=2000, reps=7, warmup=50):
+    """Median host time of one launch, in microseconds, over batches of `launches`."""
+    batch_us(launch, warmup)
+    return statistics.median(batch_us(launch, launches) for _ in range(reps))
 
 
 def grid(threads):
@@ -278,16 +280,10 @@ def launch_overhead_us(launches=1000, pairs=15):
             }
             times = {kind: [] for kind in kinds}
             for launch in kinds.values():
-                for _ in range(50):
-                    launch()
-            cuda.synchronize()
+                batch_us(launch, 50)  # warm-up
             for _ in range(pairs):
                 for kind, launch in kinds.items():
-                    begin = time.perf_counter()
-                    for _ in range(launches):
-                        launch()
-                    times[kind].append((time.perf_counter() - begin) / launches * 1e6)
-                    cuda.synchronize()
+                    times[kind].append(batch_us(launch, launches))
             over = {
                 f"over_{base}_us": statistics.median(
                     d - b for d, b in zip(times["devalloc"], times[base])
@@ -316,15 +312,10 @@ def frame_host_us(kernels=10, reps=200):
         with arena.capture() as graph:
             for _ in range(kernels):
                 K.launch_only[1, 32](arena, out)
-        result = {}
-        for name, run in (("eager_us", eager), ("replay_us", graph.replay)):
-            run()
-            cuda.synchronize()
-            begin = time.perf_counter()
-            for _ in range(reps):
-                run()
-            result[name] = (time.perf_counter() - begin) / reps * 1e6
-            cuda.synchronize()
+        result = {
+            name: host_us_per_launch(run, launches=reps, reps=5, warmup=1)
+            for name, run in (("eager_us", eager), ("replay_us", graph.replay))
+        }
         arena.check()
     return {"kernels": kernels, **result}
 

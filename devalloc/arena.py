@@ -373,14 +373,10 @@ class Arena:
             self._report_failures(not_launched=kernel_name)
         if stream is not reports.stream and stream != reports.stream:
             self._move_to(stream)
-        seq = self._seq = self._seq + 1
-        residue = seq & _SEQ_MASK
-        reports.names[residue] = kernel_name
-        slab_bits = self._slab_bits.get(warps)
-        if slab_bits is None:
-            slab_bits = self._new_slab_bits(warps)
+        handle = self._handle_for(warps)
+        reports.names[(handle >> _SEQ_SHIFT) & _SEQ_MASK] = kernel_name
         try:
-            launch(self._handle_base | slab_bits | residue << _SEQ_SHIFT | self._slot, *args)
+            launch(handle | self._slot, *args)
         except BaseException:
             if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
                 self._end_launch()
@@ -411,9 +407,10 @@ class Arena:
                 self._memory.order_after(reports.stream, stream)
             reports.stream = stream
 
-    def _end_launch(self):
-        """The launch was queued (or, on the simulator, ran, even if it raised)."""
-        self._launches += 1
+    def _end_launch(self, launches=1):
+        """The launch (or a replay's `launches`) was queued (or, on the simulator,
+        ran, even if it raised)."""
+        self._launches += launches
         if self._in_frame:
             self._dirty = True
         else:  # the next launch starts empty: it allocates from the other slot
@@ -431,16 +428,15 @@ class Arena:
                     "arena.capture()"
                 )
             reports = self._reports
-            if reports.record[L.REC_EVENT] != reports.seen:
+            if reports.record[_EVENT] != reports.seen:
                 self._report_failures(not_launched=f"a replay of {graph!r}")
             if stream is not reports.stream and stream != reports.stream:
                 self._move_to(stream)
             reports.names.update(graph._names)
             graph._recording.launch(stream)
-            # The replay took the slot the next launch would have (see capture.py).
-            self._launches += graph.launches
-            self._slot ^= 1
-            self._resets += 1
+            # Outside a frame, as a replay always is, this takes the slot the next
+            # launch would have had: the one the replay used (see capture.py).
+            self._end_launch(graph.launches)
 
     def _clear_live_region(self):
         # The next launch allocates from the other slot, which the launch just

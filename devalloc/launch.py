@@ -252,7 +252,7 @@ class _Launcher:
             refuse_runtime_dtypes(args)
         with arena._lock:
             if arena._capture is not None:
-                return self._record(arena, args)
+                return self._record(arena, launch, args)
             try:
                 arena._launch(launch, self._name, self._warps, self._stream, args)
             except BaseException:
@@ -260,8 +260,10 @@ class _Launcher:
                     refuse_runtime_dtypes(args)
                 raise
 
-    def _record(self, arena, args):
-        """Inside ``arena.capture()``: the launch becomes a node of the graph."""
+    def _record(self, arena, launch, args):
+        """Inside ``arena.capture()``: the launch becomes a node of the graph.
+        `launch` is the launch as configured (on the simulator, which has no
+        streams, what a replay calls)."""
         graph = arena._capture
         if self._stream and self._stream is not graph.stream:
             raise DevallocError(
@@ -273,7 +275,7 @@ class _Launcher:
 
         def launch_on(stream):
             if SIMULATOR:
-                return simulated_launch(dispatcher, (self._griddim, block))
+                return launch
             return dispatcher[self._griddim, block, stream, shared]
 
         graph._record(launch_on, arena._handle_for(self._warps), args, self._name)
