@@ -67,6 +67,7 @@ from .device_memory import (
     load_volatile_shared,
     reduce_add,
     store_volatile_at,
+    store_volatile_shared,
 )
 from .warp import (
     FULL_MASK,
@@ -90,22 +91,36 @@ REFILLING = -1  # a slab word while one group refills it (slab words are never n
 @device_function
 def fold_other_slot(hdr, slot):
     """Run by one thread at the start of a launch: fold the other slot, left by an
-    earlier launch that has finished, into the totals and zero it for the next."""
+    earlier launch that has finished, into the totals and zero it for the next.
+    Every word is read before any is written, so the reads go out together
+    (one memory latency, not one per word: a read after a write to the header
+    waits for the write), and a slot with nothing in it (the launches of a
+    frame after its first) is left as it is."""
     hdr[L.LIVE_SLOT] = slot
     other = (1 - slot) * L.SLOT_WORDS
-    used = min(hdr[other + L.CURSOR], hdr[L.CAPACITY])
-    if used > hdr[L.PEAK]:
-        hdr[L.PEAK] = used
+    cursor = hdr[other + L.CURSOR]
+    allocs = hdr[other + L.ALLOCS]
+    failed = hdr[other + L.FAILED]
+    requested = hdr[other + L.REQUESTED]
     for shard in range(L.COUNT_SHARDS):  # the blocks' counts, into the slot's words
         base = shard_base(1 - slot, shard)
-        hdr[other + L.ALLOCS] += hdr[base + L.SHARD_ALLOCS]
-        hdr[other + L.REQUESTED] += hdr[base + L.SHARD_GRANULES]
+        allocs += hdr[base + L.SHARD_ALLOCS]
+        requested += hdr[base + L.SHARD_GRANULES]
+    if (cursor == 0) & (allocs == 0) & (failed == 0):
+        return  # (nothing allocated: nothing requested either)
+    capacity = hdr[L.CAPACITY]
+    peak = hdr[L.PEAK]
+    peak_requested = hdr[L.PEAK_REQUESTED]
+    total_allocs = hdr[L.TOTAL_ALLOCS]
+    total_failed = hdr[L.TOTAL_FAILED]
+    hdr[L.PEAK] = max(peak, min(cursor, capacity))
+    hdr[L.PEAK_REQUESTED] = max(peak_requested, requested)
+    hdr[L.TOTAL_ALLOCS] = total_allocs + allocs
+    hdr[L.TOTAL_FAILED] = total_failed + failed
+    for shard in range(L.COUNT_SHARDS):
+        base = shard_base(1 - slot, shard)
         hdr[base + L.SHARD_ALLOCS] = 0
         hdr[base + L.SHARD_GRANULES] = 0
-    if hdr[other + L.REQUESTED] > hdr[L.PEAK_REQUESTED]:
-        hdr[L.PEAK_REQUESTED] = hdr[other + L.REQUESTED]
-    hdr[L.TOTAL_ALLOCS] += hdr[other + L.ALLOCS]
-    hdr[L.TOTAL_FAILED] += hdr[other + L.FAILED]
     for word in range(L.SLOT_WORDS):
         hdr[other + word] = 0
 
@@ -164,14 +179,18 @@ def leave_block(hdr, state, slot, seq, align):
         if cuda.atomic.sub(state, L.BLOCK_LIVE, lanes) == lanes:
             hand_back_tail(hdr, slot, state[L.BLOCK_SLAB], align >> 4)
             counts = int32_words(state)
-            allocs = counts[L.COUNT_ALLOCS]
-            if allocs != 0:  # fire and forget: the thread need not wait for it
+            allocs = 0
+            granules = 0
+            for warp in range((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5):
+                allocs += counts[L.COUNT_ALLOCS + 2 * warp]
+                granules += counts[L.COUNT_GRANULES + 2 * warp]
+            if (allocs != 0) | (granules != 0):  # fire and forget: need not wait for it
                 block = cuda.blockIdx.x + cuda.gridDim.x * (
                     cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z
                 )
                 base = shard_base(slot, block % L.COUNT_SHARDS)
                 reduce_add(hdr, base + L.SHARD_ALLOCS, allocs)
-                reduce_add(hdr, base + L.SHARD_GRANULES, counts[L.COUNT_GRANULES])
+                reduce_add(hdr, base + L.SHARD_GRANULES, granules)
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
                 report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])
@@ -186,8 +205,11 @@ def hand_back_tail(hdr, slot, slab, unit):
     start = slab >> L.REM_BITS
     end = start + (slab & L.REM_MASK)
     keep = (start + unit - 1) & -unit
-    if keep < end:
-        cuda.atomic.cas(hdr, slot * L.SLOT_WORDS + L.CURSOR, end << 4, keep << 4)
+    cursor = slot * L.SLOT_WORDS + L.CURSOR
+    # A plain read first: most blocks' slabs are not the last, and a CAS on the
+    # cursor, which every block would make, queues behind the other blocks'.
+    if (keep < end) & (load_volatile(hdr, cursor) == end << 4):
+        cuda.atomic.cas(hdr, cursor, end << 4, keep << 4)
 
 
 @device_function
@@ -205,9 +227,9 @@ def report_failures(hdr, slot, seq, failed, largest):
 
 @device_function
 def count(hdr, state, slot, counter, word, amount):
-    """Add `amount` (below 2**21) to one of the block's int32 counters; an add
-    that finds it past COUNT_FLUSH moves that much to the slot's `word`, so a
-    block can count past 2**31."""
+    """Add `amount` (below 2**21) to one of a warp's int32 counters (`counter`: its
+    index among the int32 words); an add that finds it past COUNT_FLUSH moves
+    that much to the slot's `word`, so a warp can count past 2**31."""
     counts = int32_words(state)
     if cuda.atomic.add(counts, counter, amount) >= L.COUNT_FLUSH:
         # Two adds may both see it this far and both move COUNT_FLUSH: the sum
@@ -217,16 +239,30 @@ def count(hdr, state, slot, counter, word, amount):
 
 
 @device_function
-def count_outcome(hdr, state, slot, mask, succeeded, failed, nbytes):
-    """Add the group's successes and failures to the block's counts: one shared
-    atomic each by the group's leader; failing lanes also keep the block's
-    largest failed request. Uses the group's own mask, which also keeps its
-    lanes together on their way out."""
+def count_owned(hdr, state, warp, slot, allocs, granules):
+    """`count` both for a whole warp, alone with its counters: one plain 64-bit
+    load and store (each half stays below 2**31, so no carry crosses them)."""
+    both = load_volatile_shared(state, L.WARP_COUNTS + warp) + (allocs << 32) + granules
+    if both >> 32 >= L.COUNT_FLUSH:
+        both -= L.COUNT_FLUSH << 32
+        reduce_add(hdr, slot * L.SLOT_WORDS + L.ALLOCS, L.COUNT_FLUSH)
+    if both & LOW32 >= L.COUNT_FLUSH:
+        both -= L.COUNT_FLUSH
+        reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, L.COUNT_FLUSH)
+    store_volatile_shared(state, L.WARP_COUNTS + warp, both)
+
+
+@device_function
+def count_outcome(hdr, state, warp, slot, mask, succeeded, failed, nbytes):
+    """Add the group's successes and failures to the warp's and the block's
+    counts: one shared atomic each by the group's leader; failing lanes also
+    keep the block's largest failed request. Uses the group's own mask, which
+    also keeps its lanes together on their way out."""
     made = cuda.popc(ballot_sync(mask, succeeded))
     lost = cuda.popc(ballot_sync(mask, failed))
     if cuda.laneid == cuda.ffs(mask) - 1:
         if made > 0:
-            count(hdr, state, slot, L.COUNT_ALLOCS, L.ALLOCS, made)
+            count(hdr, state, slot, L.COUNT_ALLOCS + 2 * warp, L.ALLOCS, made)
         if lost > 0:
             cuda.atomic.add(state, L.BLOCK_FAILED, lost)
     if failed:
@@ -314,6 +350,26 @@ def carve_small(state, word, granules):
         if cuda.atomic.cas(state, word, old, old + (granules << L.REM_BITS) - granules) == old:
             return old >> L.REM_BITS
     return -1
+
+
+@device_function
+def take_owned(state, warp, granules, step):
+    """The fast path of a whole warp: `granules` on a multiple of `step` from the
+    front of its slab, with a plain load and store, no atomic: every lane of
+    the warp is in this call, so no other group of it can touch its slab word
+    meanwhile (no refill is in progress either). Returns the first granule, or
+    -1 when the slab is short: then the refill path takes over."""
+    old = load_volatile_shared(state, warp)
+    if step == 1:  # (a constant where inlined) small requests: no alignment to keep
+        if (old & L.REM_MASK) < granules:
+            return -1
+        store_volatile_shared(state, warp, old + (granules << L.REM_BITS) - granules)
+        return old >> L.REM_BITS
+    got, rest = cut(old, granules, step, granules)
+    if got == 0:
+        return -1
+    store_volatile_shared(state, warp, rest)
+    return got >> L.REM_BITS
 
 
 @device_function
@@ -496,7 +552,7 @@ def exclusive_scan(mask, lane, value):
                 total += below
             step <<= 1
     else:
-        rank = cuda.popc(mask & ((1 << lane) - 1))
+        rank = cuda.popc(mask & lanemask_lt())
         while step < WARP_SIZE:
             src = lane
             if rank >= step:
@@ -540,7 +596,9 @@ def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, 
     possible = (nbytes > 0) & (nbytes <= capacity)
     exact = (nbytes + L.GRANULE - 1) >> 4  # granules, unrounded
     # This lane's part of the group's chunk: aligned requests in the high half,
-    # small ones in the low half, so one scan places both.
+    # small ones in the low half, so one scan places both. (Packed in 32 bits
+    # instead, for one shuffle a step, mixed sizes ran no faster on the H200 and
+    # uniform ones 6% slower: 64-bit halves cost nothing to split.)
     share = 0
     rounded = 0
     if possible & (nbytes <= L.LANE_CHUNK_MAX):
@@ -559,8 +617,14 @@ def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, 
     aligned_total = total >> 32
     chunk = aligned_total + (total & LOW32)
     start = -1
+    owned = mask == FULL_MASK  # (a constant in the full warp's copy)
     if (lane == leader) & (chunk > 0):
-        if aligned_total == 0:
+        if owned:
+            if aligned_total == 0:
+                start = take_owned(state, warp, chunk, 1)
+            else:
+                start = take_owned(state, warp, chunk, align >> 4)
+        elif aligned_total == 0:
             start = carve_small(state, warp, chunk)
         else:
             got, _ = carve(state, warp, chunk, align >> 4, chunk)
@@ -570,9 +634,13 @@ def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, 
             start = take_chunk(
                 hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0, direct
             )
-        if start >= 0:  # the leader counts the chunk's allocations
-            count(hdr, state, slot, L.COUNT_ALLOCS, L.ALLOCS, cuda.popc(served))
-            count(hdr, state, slot, L.COUNT_GRANULES, L.REQUESTED, chunk)
+        if start < 0:
+            pass
+        elif owned:  # the leader counts the chunk's allocations
+            count_owned(hdr, state, warp, slot, cuda.popc(served), chunk)
+        else:
+            count(hdr, state, slot, L.COUNT_ALLOCS + 2 * warp, L.ALLOCS, cuda.popc(served))
+            count(hdr, state, slot, L.COUNT_GRANULES + 2 * warp, L.REQUESTED, chunk)
     start = shfl_sync(mask, start, leader)
     offset = -1
     if share > 0 and start >= 0:
@@ -612,5 +680,5 @@ def serve_the_rest(
                 # Alone, a request can be larger than an int32 counter takes.
                 reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, lane_granules(nbytes, align))
         retry &= retry - 1
-    count_outcome(hdr, state, slot, mask, made, (offset < 0) & (nbytes != 0), nbytes)
+    count_outcome(hdr, state, warp, slot, mask, made, (offset < 0) & (nbytes != 0), nbytes)
     return offset

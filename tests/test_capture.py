@@ -237,8 +237,9 @@ def test_another_threads_launch_waits_for_the_capture_and_runs_eagerly():
             thread.start()
             started.wait()
             thread.join(timeout=0.5)
-            assert thread.is_alive()  # waiting for the capture
-            assert (eager.copy_to_host() == POISON).all()
+            assert thread.is_alive()  # waiting for the capture (and so not recorded in it)
+            # (No copy to check `eager` here: a synchronous copy during a CUDA
+            # stream capture is an error, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.)
         thread.join()
         assert graph.launches == 1
         assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
