@@ -34,7 +34,7 @@ from .stats import ArenaStats
 
 __all__ = ["STRATEGIES", "Arena"]
 
-STRATEGIES = ("warp_slab", "bump")
+STRATEGIES = tuple(L.STRATEGIES)  # the names; what each is: layout.STRATEGIES
 MIN_ALIGN = L.GRANULE
 MAX_ALIGN = 1 << L.MAX_LOG2_SLAB
 _NUMBER_KINDS = "biufc"

@@ -16,6 +16,8 @@ the running totals and zeroes it. Resetting the arena is therefore just the
 host switching slots for the next launch: no memset, no extra CUDA call.
 """
 
+from typing import NamedTuple
+
 HEADER_BYTES = 4096  # a power of two: the data region after it keeps any `align`
 GRANULE = 16  # small allocations are packed on 16-byte granules (CUDA malloc's guarantee)
 # Largest data region: slab words hold granule numbers in 63 - REM_BITS bits, and
@@ -133,3 +135,16 @@ def log2_slab_for(capacity, warps, align):
     log2 = max(share.bit_length() - 1, MIN_LOG2_SLAB)
     log2 = min(log2, MAX_LOG2_SLAB)
     return max(log2, align.bit_length() - 1)
+
+
+# -- strategies: where a group's chunk comes from (see `allocator`) -------------------
+
+
+class Strategy(NamedTuple):
+    direct: bool  # chunks from the arena's cursor through the warp's tail, no block slabs
+
+
+STRATEGIES = {  # read by the Arena, the GPU's Arena type and the simulator's
+    "warp_slab": Strategy(direct=False),  # per-warp slabs carved from per-block slabs
+    "bump": Strategy(direct=True),  # one global atomic per group, exact accounting
+}

@@ -159,7 +159,7 @@ def _shape_kind(shape, method):
 
 def _allocator(arena):
     align = arena.align
-    direct = arena.strategy == "bump"
+    direct = L.STRATEGIES[arena.strategy].direct
 
     def allocate(arena, nbytes):
         hdr = array_at(arena._header, L.HEADER_WORDS)

@@ -68,7 +68,7 @@ class SimKernelArena:
     )  # fmt: skip
 
     def __init__(self, strategy, align, handle, capacity, warp, state):
-        self._direct = strategy == "bump"
+        self._direct = L.STRATEGIES[strategy].direct
         self._align = align
         self._header = handle & L.ADDRESS_MASK
         self._data = self._header + L.HEADER_BYTES
