@@ -111,13 +111,12 @@ def fold_other_slot(hdr, slot):
 
 
 @device_function
-def resolve_slot(hdr, handle):
-    """The launch handle with the slot the launch allocates from: as given, or,
-    for a launch replayed from a captured graph, the one the replay's first
-    node chose."""
-    if handle & L.REPLAYED:
-        return (handle & ~L.SLOT_MASK) | hdr[L.LIVE_SLOT]
-    return handle
+def resolve_slot(hdr, slot, replayed):
+    """The slot the launch allocates from: its handle's, or, for a launch
+    replayed from a captured graph, the one the replay's first node chose."""
+    if replayed:
+        return hdr[L.LIVE_SLOT] & L.SLOT_MASK
+    return slot
 
 
 @device_function

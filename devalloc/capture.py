@@ -65,11 +65,12 @@ class Graph:
         """How many devalloc launches one replay makes."""
         return self._launches
 
-    def _record(self, launch_on, handle, args, name):
-        """Record a devalloc launch: `launch_on(stream)` gives the launch callable."""
-        self._names[(handle >> L.SEQ_SHIFT) & L.SEQ_MASK] = name
+    def _record(self, launch_on, warps, args, name):
+        """Record a devalloc launch of `warps` warps: `launch_on(stream)` gives the
+        launch callable."""
+        handle = self._arena._handle_for(warps, L.REPLAYED, self._names, name)
         self._launches += 1
-        self._recording.record(launch_on, handle | L.REPLAYED, args)
+        self._recording.record(launch_on, handle, args)
 
     def replay(self, stream=None):
         """Run the captured frame on `stream` (the default stream if omitted),

@@ -5,9 +5,11 @@ and generates a wrapper kernel around it::
 
     def k(handle, a, b):                       # handle: one int64 argument
         state = cuda.shared.array(...)         # the block's slab words and counters
-        hdr = array_at(header address of handle)
+        header, slot, log2_slab, seq, replayed = unpack_handle(handle)
+        hdr = array_at(header, ...)
+        slot = resolve_slot(hdr, slot, replayed)   # a replayed launch's slot is on the device
         warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
-        user(make_arena(handle, ...), a, b)    # the user's code, given an ArenaType value
+        user(make_arena(header, ..., slot, log2_slab, warp, state), a, b)
         leave_block(hdr, state, slot, seq, align)  # the block's last thread flushes its
                                                    # counts and hands back its slab's tail
 
@@ -28,7 +30,7 @@ from numba import cuda, int64, types
 from . import layout as L
 from .allocator import enter_block, leave_block, resolve_slot
 from .arena import Arena
-from .device_memory import SIMULATOR, array_at
+from .device_memory import SIMULATOR, array_at, device_function
 from .errors import DevallocError
 from .numba_compat import compiling_for
 
@@ -36,20 +38,22 @@ if SIMULATOR:
     from .sim_arena import arena_maker, simulated_launch
     from .simwarp import enter_lane, exit_lane
 else:
-    from .numba_arena import ArenaType, arena_maker
+    from .numba_arena import arena_maker
 
 __all__ = ["Kernel", "kernel"]
+
+unpack_handle = device_function(L.unpack_handle)
 
 # The wrapper's own names are spelt with a prefix no parameter of the user's
 # function starts with (see `_reserved_names`), so none can capture them.
 _BODY = """\
 {state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
-{hdr} = {array_at}({handle} & {ADDRESS_MASK}, {HEADER_WORDS})
-{handle} = {resolve_slot}({hdr}, {handle})  # a replayed launch's slot is on the device
-{slot} = {handle} & {SLOT_MASK}
+{header}, {slot}, {log2_slab}, {seq}, {replayed} = {unpack_handle}({handle})
+{hdr} = {array_at}({header}, {HEADER_WORDS})
+{slot} = {resolve_slot}({hdr}, {slot}, {replayed})
 {warp} = {enter_block}({hdr}, {state}, {slot})
-{user}({make_arena}({handle}, {hdr}[{CAPACITY}], {warp}, {state}){params})
-{leave_block}({hdr}, {state}, {slot}, ({handle} >> {SEQ_SHIFT}) & {SEQ_MASK}, {align})
+{user}({make_arena}({header}, {hdr}[{CAPACITY}], {slot}, {log2_slab}, {warp}, {state}){params})
+{leave_block}({hdr}, {state}, {slot}, {seq}, {align})
 """
 
 _GPU_WRAPPER = "def {name}({handle}{params}):\n" + textwrap.indent(_BODY, " " * 4)
@@ -63,11 +67,11 @@ _SIM_WRAPPER = (
     "        {exit_lane}()\n"
 )
 
-_LOCALS = ("handle", "launch", "warps", "state", "hdr", "slot", "warp")
-_CONSTANTS = (
-    "BLOCK_WORDS", "HEADER_WORDS", "ADDRESS_MASK", "SLOT_MASK", "CAPACITY", "SEQ_SHIFT",
-    "SEQ_MASK",
+_LOCALS = (
+    "handle", "launch", "warps", "state", "header", "slot", "log2_slab", "seq", "replayed",
+    "hdr", "warp",
 )  # fmt: skip
+_CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "CAPACITY")
 
 
 def _reserved_names(params, globals_):
@@ -136,12 +140,11 @@ class Kernel:
 
     def wrapper_source(self, strategy="warp_slab", align=256):
         """The generated wrapper kernel's Python function (for inspection and PTX)."""
-        make_arena = (
-            arena_maker(strategy, align) if SIMULATOR else arena_maker(ArenaType(strategy, align))
-        )
+        make_arena = arena_maker(strategy, align)
         values = {
             "cuda": cuda,
             "int64": int64,
+            "unpack_handle": unpack_handle,
             "array_at": array_at,
             "enter_block": enter_block,
             "leave_block": leave_block,
@@ -278,7 +281,7 @@ class _Launcher:
                 return launch
             return dispatcher[self._griddim, block, stream, shared]
 
-        graph._record(launch_on, arena._handle_for(self._warps), args, self._name)
+        graph._record(launch_on, self._warps, args, self._name)
 
     def _configure(self, arena):
         """The Numba launch of the wrapper compiled for this arena's type."""

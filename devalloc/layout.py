@@ -114,7 +114,21 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 
 
 def pack_handle(header_address, slot, log2_slab, seq):
+    """The launch handle, made here only. `slot` is 0 or 1, or REPLAYED for a
+    launch recorded into a graph."""
     return header_address | slot | (log2_slab << SLAB_SHIFT) | ((seq & SEQ_MASK) << SEQ_SHIFT)
+
+
+def unpack_handle(handle):
+    """The launch handle's fields, read here only (by the wrapper kernel):
+    ``(header address, slot, log2 slab, sequence number, replayed)``."""
+    return (
+        handle & ADDRESS_MASK,
+        handle & SLOT_MASK,
+        (handle >> SLAB_SHIFT) & SLAB_MASK,
+        (handle >> SEQ_SHIFT) & SEQ_MASK,
+        handle & REPLAYED,
+    )
 
 
 # -- slab sizes ----------------------------------------------------------------------

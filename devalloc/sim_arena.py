@@ -67,14 +67,14 @@ class SimKernelArena:
         "_state", "_warp",
     )  # fmt: skip
 
-    def __init__(self, strategy, align, handle, capacity, warp, state):
+    def __init__(self, strategy, align, header, capacity, slot, log2_slab, warp, state):
         self._direct = L.STRATEGIES[strategy].direct
         self._align = align
-        self._header = handle & L.ADDRESS_MASK
-        self._data = self._header + L.HEADER_BYTES
+        self._header = header
+        self._data = header + L.HEADER_BYTES
         self._capacity = int(capacity)
-        self._slot = handle & L.SLOT_MASK
-        self._log2_slab = (handle >> L.SLAB_SHIFT) & L.SLAB_MASK
+        self._slot = slot
+        self._log2_slab = log2_slab
         self._warp = warp
         self._state = state
 
@@ -123,10 +123,11 @@ class SimKernelArena:
 
 
 def arena_maker(strategy, align):
-    """``make_arena(handle, capacity, warp, block_state)`` for simulated kernels."""
+    """``make_arena(header, capacity, slot, log2_slab, warp, block_state)`` for
+    simulated kernels (`numba_arena.arena_maker`'s twin)."""
 
-    def make_arena(handle, capacity, warp, state):
-        return SimKernelArena(strategy, align, handle, capacity, warp, state)
+    def make_arena(*fields):
+        return SimKernelArena(strategy, align, *fields)
 
     return make_arena
 
