@@ -60,24 +60,21 @@ only if the arena, as the successful requests left it, has no room for it.
 from numba import cuda
 
 from . import layout as L
-from .device_memory import (
-    device_function,
-    int32_words,
-    load_volatile,
-    load_volatile_shared,
-    reduce_add,
-    store_volatile_at,
-)
-from .warp import (
-    FULL_MASK,
-    WARP_SIZE,
+from .backend import (
     activemask,
     ballot_sync,
+    device_function,
+    int32_words,
     lanemask_lt,
+    load_volatile,
+    load_volatile_shared,
     pause,
+    reduce_add,
     shfl_sync,
     shfl_up_sync,
+    store_volatile_at,
 )
+from .layout import FULL_MASK, WARP_SIZE
 
 LOW32 = 0xFFFFFFFF
 shard_base = device_function(L.shard_base)

@@ -27,9 +27,8 @@ import weakref
 import numpy as np
 
 from . import layout as L
-from .device_memory import SIMULATOR
+from .backend import SIMULATOR, Memory
 from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
-from .memory import Memory
 from .stats import ArenaStats
 
 __all__ = ["STRATEGIES", "Arena"]

@@ -24,6 +24,21 @@ GRANULE = 16  # small allocations are packed on 16-byte granules (CUDA malloc's 
 # the cursor (int64) must not wrap however many requests run past the end at once.
 MAX_CAPACITY = 1 << 42
 
+
+def data_boundary(align):
+    """What the data region starts on: a multiple of `align`, and never less than
+    HEADER_BYTES, so that the header before it is 256-byte aligned (the launch
+    handle needs it)."""
+    return max(align, HEADER_BYTES)
+
+
+def header_offset(base_address, align):
+    """Where the header starts in an allocation at `base_address` (the padding)."""
+    boundary = data_boundary(align)
+    data = (base_address + HEADER_BYTES + boundary - 1) & -boundary
+    return data - HEADER_BYTES - base_address
+
+
 # -- header words (int64) ---------------------------------------------------------
 SLOT_WORDS = 4
 CURSOR = 0  # bytes taken from the data region by this slot (passes capacity only
@@ -70,6 +85,10 @@ def slot_base(slot):
 # -- host-mapped failure record (int64), written by the device, polled by the host ---
 REC_EVENT = 0  # FAIL_EVENTS after the latest failure: the host compares it with what it saw
 RECORD_WORDS = 4
+
+# -- warps ------------------------------------------------------------------------
+WARP_SIZE = 32
+FULL_MASK = 0xFFFFFFFF  # every lane of a warp
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
 MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
@@ -151,7 +170,7 @@ def log2_slab_for(capacity, warps, align):
     return max(log2, align.bit_length() - 1)
 
 
-# -- strategies: where a group's chunk comes from (see `allocator`) -------------------
+# -- strategies: where a group's chunk comes from (see `allocator`) ---------------
 
 
 class Strategy(NamedTuple):
