@@ -25,13 +25,15 @@ The device functions are ``device_function``, ``array_at``, ``int32_words``,
 Two host-side differences are tested where they happen, on `SIMULATOR`: a
 simulated launch has run (up to an exception, if it raised) when it returns
 (`arena`), and it is given no dtype argument (`launch`: the GPU refuses one
-while typing the launch).
+while typing the launch). What differs in Numba itself (its internals; the
+simulator compiles no PTX) stays in `numba_compat`.
 """
 
 from .numba_compat import SIMULATOR
 
-# The device side first: the kernel arenas below build on the allocator, which
-# takes its device functions and warp primitives from here.
+# The device side first: the kernel arenas imported below build on the allocator,
+# which takes its device functions and warp primitives from this module while it
+# is still being imported.
 if SIMULATOR:
     from .simulator.device_memory import (
         array_at,

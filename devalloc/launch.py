@@ -233,7 +233,9 @@ class _Launcher:
             try:
                 arena._launch(launch, self._name, self._warps, self._stream, args)
             except BaseException:
-                refuse_runtime_dtypes(args)  # nothing was queued; say why, if a dtype is why
+                # On the GPU nothing was queued: say why, if a dtype argument is why
+                # (the simulator refused those above).
+                refuse_runtime_dtypes(args)
                 raise
 
     def _record(self, arena, args):

@@ -1,4 +1,5 @@
-"""Where everything lives: the arena's memory, the launch handle, the block state.
+"""Where everything lives: the arena's memory, the launch handle, the block state;
+and the strategies.
 
 Shared by the host side, the device side and the Numba glue, so each number is
 written down once.
