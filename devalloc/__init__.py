@@ -9,16 +9,19 @@ synchronizing.
 Where things are:
 
 host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, stats,
-               close), capture.py (capture and replay), memory.py (GPU or
-               simulated bytes), stats.py, errors.py, cuda_graphs.py (the driver
-               calls of CUDA graphs)
+               close), capture.py (capture and replay), host_memory.py (an
+               arena's bytes on the GPU), cuda_graphs.py (the driver calls of
+               CUDA graphs, a Graph's recording), stats.py, errors.py
 device side    allocator.py (bump and warp-slab allocation, block bookkeeping),
                warp.py (warp primitives), device_memory.py (addresses to arrays)
 Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
                (the Arena type in GPU kernels), numba_compat.py (numba-cuda
-               internals), sim_arena.py and simwarp.py (the same in Numba's
-               CUDA simulator)
-shared         layout.py (header words, handle bits, block state)
+               internals)
+shared         layout.py (header words, handle bits, block state, strategies)
+the switch     backend.py: the GPU's modules above or their simulator twins
+simulator/     the twins, module for module, for Numba's CUDA simulator:
+               device_memory.py, warp.py, numba_arena.py, launch.py,
+               host_memory.py, cuda_graphs.py
 """
 
 from .arena import STRATEGIES, Arena

@@ -1,5 +1,5 @@
 """Device side: the allocator. Written once; Numba compiles it for the GPU, and the
-simulator runs the same source as Python with the stand-ins of `simwarp`.
+simulator runs the same source as Python with the stand-ins of `simulator.warp`.
 
 Every function takes the arena's header and its block's state as int64 arrays
 (see `layout`). `group_alloc` returns a byte offset into the data region, or -1
@@ -60,25 +60,22 @@ only if the arena, as the successful requests left it, has no room for it.
 from numba import cuda
 
 from . import layout as L
-from .device_memory import (
+from .backend import (
+    activemask,
+    ballot_sync,
     device_function,
     int32_words,
+    lanemask_lt,
     load_volatile,
     load_volatile_shared,
+    pause,
     reduce_add,
+    shfl_sync,
+    shfl_up_sync,
     store_volatile_at,
     store_volatile_shared,
 )
-from .warp import (
-    FULL_MASK,
-    WARP_SIZE,
-    activemask,
-    ballot_sync,
-    lanemask_lt,
-    pause,
-    shfl_sync,
-    shfl_up_sync,
-)
+from .layout import FULL_MASK, WARP_SIZE
 
 LOW32 = 0xFFFFFFFF
 shard_base = device_function(L.shard_base)
@@ -126,13 +123,12 @@ def fold_other_slot(hdr, slot):
 
 
 @device_function
-def resolve_slot(hdr, handle):
-    """The launch handle with the slot the launch allocates from: as given, or,
-    for a launch replayed from a captured graph, the one the replay's first
-    node chose."""
-    if handle & L.REPLAYED:
-        return (handle & ~L.SLOT_MASK) | hdr[L.LIVE_SLOT]
-    return handle
+def resolve_slot(hdr, slot, replayed):
+    """The slot the launch allocates from: its handle's, or, for a launch
+    replayed from a captured graph, the one the replay's first node chose."""
+    if replayed:
+        return hdr[L.LIVE_SLOT] & L.SLOT_MASK
+    return slot
 
 
 @device_function

@@ -27,14 +27,13 @@ import weakref
 import numpy as np
 
 from . import layout as L
-from .device_memory import SIMULATOR
+from .backend import SIMULATOR, Memory
 from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
-from .memory import Memory
 from .stats import ArenaStats
 
 __all__ = ["STRATEGIES", "Arena"]
 
-STRATEGIES = ("warp_slab", "bump")
+STRATEGIES = tuple(L.STRATEGIES)  # the names; what each is: layout.STRATEGIES
 MIN_ALIGN = L.GRANULE
 MAX_ALIGN = 1 << L.MAX_LOG2_SLAB
 _NUMBER_KINDS = "biufc"
@@ -84,7 +83,7 @@ def _number_dtype(dtype):
 # Read at every launch: module constants are one lookup, layout's attributes two.
 _EVENT = L.REC_EVENT
 _SEQ_MASK = L.SEQ_MASK
-_SEQ_SHIFT = L.SEQ_SHIFT
+_pack_handle = L.pack_handle
 
 
 class _Reports:
@@ -292,9 +291,9 @@ class Arena:
         _open_arenas.add(self)
         _register_exit()
         self._lock = threading.RLock()
-        self._handle_base = L.pack_handle(self._memory.header_address, 0, 0, 0)
+        self._header_address = self._memory.header_address
         self._kernel_key = (strategy, align)  # which compiled wrapper a kernel launches
-        self._slab_bits = {}  # warps in the grid -> slab-size bits of the handle
+        self._log2_slabs = {}  # warps in the grid -> log2 of the launch's slab size
         self._closed = False
         self._slot = 0
         self._dirty = False  # the live slot has seen a launch since it was cleared
@@ -373,30 +372,31 @@ class Arena:
             self._report_failures(not_launched=kernel_name)
         if stream is not reports.stream and stream != reports.stream:
             self._move_to(stream)
-        handle = self._handle_for(warps)
-        reports.names[(handle >> _SEQ_SHIFT) & _SEQ_MASK] = kernel_name
+        handle = self._handle_for(warps, self._slot, reports.names, kernel_name)
         try:
-            launch(handle | self._slot, *args)
+            launch(handle, *args)
         except BaseException:
             if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
                 self._end_launch()
             raise
         self._end_launch()
 
-    def _handle_for(self, warps):
-        """A launch handle without its slot: header, slab size, a new sequence number."""
+    def _handle_for(self, warps, slot, names, kernel_name):
+        """The handle of a launch of `warps` warps from `slot` (`layout.pack_handle`)
+        with a new sequence number, under which `names` keeps `kernel_name` for
+        failure reports."""
         seq = self._seq = self._seq + 1
-        slab_bits = self._slab_bits.get(warps)
-        if slab_bits is None:
-            slab_bits = self._new_slab_bits(warps)
-        return self._handle_base | slab_bits | (seq & _SEQ_MASK) << _SEQ_SHIFT
+        names[seq & _SEQ_MASK] = kernel_name
+        log2_slab = self._log2_slabs.get(warps)
+        if log2_slab is None:
+            log2_slab = self._new_log2_slab(warps)
+        return _pack_handle(self._header_address, slot, log2_slab, seq)
 
-    def _new_slab_bits(self, warps):
-        if len(self._slab_bits) > 256:
-            self._slab_bits.clear()
-        log2_slab = L.log2_slab_for(self._capacity, warps, self._align)
-        bits = self._slab_bits[warps] = log2_slab << L.SLAB_SHIFT
-        return bits
+    def _new_log2_slab(self, warps):
+        if len(self._log2_slabs) > 256:
+            self._log2_slabs.clear()
+        log2_slab = self._log2_slabs[warps] = L.log2_slab_for(self._capacity, warps, self._align)
+        return log2_slab
 
     def _move_to(self, stream):
         """The arena's next work goes to `stream`: ordered after what it queued

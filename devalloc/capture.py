@@ -3,7 +3,8 @@
 On the GPU the launches inside ``with arena.capture() as graph:`` are recorded
 by CUDA stream capture into one CUDA graph; a replay is one ``cuGraphLaunch``.
 On the simulator the launches are recorded as calls and a replay makes them in
-order, with the same semantics.
+order, with the same semantics (`backend.Recording`: `cuda_graphs.Recording`
+or `simulator.cuda_graphs.Recording`).
 
 How a replay resets the arena with no host work per launch. An eager launch
 carries its slot in its handle, chosen by the host; a captured launch cannot,
@@ -22,14 +23,11 @@ and failure reports those of any launch: the first node folds them as every
 launch's first thread does.
 """
 
-import weakref
-
-import numpy as np
 from numba import cuda
 
 from . import layout as L
 from .allocator import begin_replay
-from .device_memory import SIMULATOR, array_at
+from .backend import Recording, array_at
 from .errors import DevallocError
 
 __all__ = ["Graph"]
@@ -56,20 +54,20 @@ class Graph:
         self._arena = arena
         self._names = {}  # launch sequence residue -> kernel name, for failure reports
         self._launches = 0
-        self._recording = (_Recording if SIMULATOR else _StreamCapture)(stream)
+        self._recording = Recording(stream, _first_node, arena._memory.header_address)
         self.stream = self._recording.stream
-        self._recording.record_first_node(arena._memory.header_address)
 
     @property
     def launches(self):
         """How many devalloc launches one replay makes."""
         return self._launches
 
-    def _record(self, launch_on, handle, args, name):
-        """Record a devalloc launch: `launch_on(stream)` gives the launch callable."""
-        self._names[(handle >> L.SEQ_SHIFT) & L.SEQ_MASK] = name
+    def _record(self, launch_on, warps, args, name):
+        """Record a devalloc launch of `warps` warps: `launch_on(stream)` gives the
+        launch callable."""
+        handle = self._arena._handle_for(warps, L.REPLAYED, self._names, name)
         self._launches += 1
-        self._recording.record(launch_on, handle | L.REPLAYED, args)
+        self._recording.record(launch_on, handle, args)
 
     def replay(self, stream=None):
         """Run the captured frame on `stream` (the default stream if omitted),
@@ -120,66 +118,3 @@ class _Capture:
         finally:
             arena._lock.release()
         return False
-
-
-class _Recording:
-    """The simulator's graph: the launches, as calls made in order."""
-
-    def __init__(self, stream):
-        self.stream = stream or cuda.stream()
-        self._calls = []
-
-    def record_first_node(self, header_address):
-        self._calls.append(lambda: _first_node[1, 1](header_address))
-
-    def record(self, launch_on, handle, args):
-        self._calls.append(lambda: launch_on(None)(handle, *args))
-
-    def finish(self):
-        pass
-
-    def abandon(self):
-        self._calls = None
-
-    def launch(self, stream):
-        if self._calls is None:
-            raise DevallocError("this graph was closed, or its capture did not finish")
-        for call in self._calls:
-            call()
-
-    def close(self):
-        self._calls = None
-
-
-class _StreamCapture:
-    """The GPU's graph: CUDA stream capture on a stream of its own."""
-
-    _warm = None  # a scratch header: the first node is loaded before any capture
-
-    def __init__(self, stream):
-        from .cuda_graphs import StreamCapture
-
-        if _StreamCapture._warm is None:  # no module loading while capturing
-            _StreamCapture._warm = cuda.to_device(np.zeros(L.HEADER_WORDS, np.int64))
-            _first_node[1, 1](_StreamCapture._warm.device_ctypes_pointer.value)
-        self._capture = StreamCapture(stream)
-        self.stream = self._capture.stream
-        self._finalizer = weakref.finalize(self, self._capture.close)
-
-    def record_first_node(self, header_address):
-        _first_node[1, 1, self.stream](header_address)
-
-    def record(self, launch_on, handle, args):
-        launch_on(self.stream)(handle, *args)
-
-    def finish(self):
-        self._capture.finish()
-
-    def abandon(self):
-        self._capture.abandon()
-
-    def launch(self, stream):
-        self._capture.launch(stream)
-
-    def close(self):
-        self._finalizer()

@@ -1,16 +1,21 @@
 """CUDA graphs through the driver API (cuda.bindings, which numba-cuda's cu12/cu13
-extras install): stream capture, instantiation, launch. GPU only.
+extras install): stream capture, instantiation, launch; and a devalloc Graph's
+recording made of them. GPU only (the simulator's: `simulator.cuda_graphs`).
 
 Checked against cuda-bindings 13.3 and 13.5 with numba-cuda 0.30.4: Numba's
 kernel launches onto a stream in capture mode are recorded, not run.
 """
 
+import weakref
+
+import numpy as np
 from cuda.bindings import driver as cu
 from numba import cuda
 
+from . import layout as L
 from .errors import DevallocError
 
-__all__ = ["StreamCapture"]
+__all__ = ["Recording", "StreamCapture"]
 
 
 def _check(result, what):
@@ -79,3 +84,34 @@ class StreamCapture:
         if self._graph is not None:
             cu.cuGraphDestroy(self._graph)
             self._graph = None
+
+
+class Recording:
+    """The launches recorded for a Graph: CUDA stream capture on a stream of its
+    own, starting with the graph's first node ``first_node[1, 1](header_address)``."""
+
+    _warm = None  # a scratch header: the first node is loaded before any capture
+
+    def __init__(self, stream, first_node, header_address):
+        if Recording._warm is None:  # no module loading while capturing
+            Recording._warm = cuda.to_device(np.zeros(L.HEADER_WORDS, np.int64))
+            first_node[1, 1](Recording._warm.device_ctypes_pointer.value)
+        self._capture = StreamCapture(stream)
+        self.stream = self._capture.stream
+        self._finalizer = weakref.finalize(self, self._capture.close)
+        first_node[1, 1, self.stream](header_address)
+
+    def record(self, launch_on, handle, args):
+        launch_on(self.stream)(handle, *args)
+
+    def finish(self):
+        self._capture.finish()
+
+    def abandon(self):
+        self._capture.abandon()
+
+    def launch(self, stream):
+        self._capture.launch(stream)
+
+    def close(self):
+        self._finalizer()

@@ -5,22 +5,25 @@ and generates a wrapper kernel around it::
 
     def k(handle, a, b):                       # handle: one int64 argument
         state = cuda.shared.array(...)         # the block's slab words and counters
-        hdr = array_at(header address of handle)
+        header, slot, log2_slab, seq, replayed = unpack_handle(handle)  # layout's decoder
+        hdr = array_at(header, ...)
+        slot = resolve_slot(hdr, slot, replayed)  # a replayed launch's slot is on the device
         warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
-        user(make_arena(handle, ...), a, b)    # the user's code, given an ArenaType value
+        user(make_arena(header, ..., warp, state), a, b)  # the user's code, given an Arena value
         leave_block(hdr, state, slot, seq, align)  # the block's last thread flushes its
                                                    # counts and hands back its slab's tail
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba
 kernel. One wrapper is compiled per (strategy, align) of the arenas it meets.
+The same source runs on the simulator, where `backend` gives it the simulator's
+``make_arena`` and its ``jit_kernel`` (which registers each thread as a lane).
 """
 
 import functools
 import inspect
 import math
 import operator
-import textwrap
 
 import numpy as np
 from numba import cuda, int64, types
@@ -28,46 +31,29 @@ from numba import cuda, int64, types
 from . import layout as L
 from .allocator import enter_block, leave_block, resolve_slot
 from .arena import Arena
-from .device_memory import SIMULATOR, array_at
+from .backend import SIMULATOR, arena_maker, array_at, device_function, jit_kernel
 from .errors import DevallocError
 from .numba_compat import compiling_for
 
-if SIMULATOR:
-    from .sim_arena import arena_maker, simulated_launch
-    from .simwarp import enter_lane, exit_lane
-else:
-    from .numba_arena import ArenaType, arena_maker
-
 __all__ = ["Kernel", "kernel"]
+
+unpack_handle = device_function(L.unpack_handle)
 
 # The wrapper's own names are spelt with a prefix no parameter of the user's
 # function starts with (see `_reserved_names`), so none can capture them.
-_BODY = """\
-{state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
-{hdr} = {array_at}({handle} & {ADDRESS_MASK}, {HEADER_WORDS})
-{handle} = {resolve_slot}({hdr}, {handle})  # a replayed launch's slot is on the device
-{slot} = {handle} & {SLOT_MASK}
-{warp} = {enter_block}({hdr}, {state}, {slot})
-{user}({make_arena}({handle}, {hdr}[{CAPACITY}], {warp}, {state}){params})
-{leave_block}({hdr}, {state}, {slot}, ({handle} >> {SEQ_SHIFT}) & {SEQ_MASK}, {align})
+_WRAPPER = """\
+def {name}({handle}{params}):
+    {state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
+    {header}, {slot}, {log2_slab}, {seq}, {replayed} = {unpack_handle}({handle})
+    {hdr} = {array_at}({header}, {HEADER_WORDS})
+    {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
+    {warp} = {enter_block}({hdr}, {state}, {slot})
+    {user}({make_arena}({header}, {hdr}[{CAPACITY}], {slot}, {log2_slab}, {warp}, {state}){params})
+    {leave_block}({hdr}, {state}, {slot}, {seq}, {align})
 """
 
-_GPU_WRAPPER = "def {name}({handle}{params}):\n" + textwrap.indent(_BODY, " " * 4)
-
-# In the simulator each thread also registers as a lane of its warp (simwarp).
-_SIM_WRAPPER = (
-    "def {name}({launch}{params}):\n"
-    "    {handle}, {warps} = {launch}\n"
-    "    {enter_lane}({warps})\n"
-    "    try:\n" + textwrap.indent(_BODY, " " * 8) + "    finally:\n"
-    "        {exit_lane}()\n"
-)
-
-_LOCALS = ("handle", "launch", "warps", "state", "hdr", "slot", "warp")
-_CONSTANTS = (
-    "BLOCK_WORDS", "HEADER_WORDS", "ADDRESS_MASK", "SLOT_MASK", "CAPACITY", "SEQ_SHIFT",
-    "SEQ_MASK",
-)  # fmt: skip
+_LOCALS = ("handle", "state", "header", "slot", "log2_slab", "seq", "replayed", "hdr", "warp")
+_CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "CAPACITY")
 
 
 def _reserved_names(params, globals_):
@@ -111,9 +97,7 @@ class Kernel:
         self._params = _user_parameters(py_func)
         functools.update_wrapper(self, py_func)
         device_options = {k: v for k, v in options.items() if k in _DEVICE_OPTIONS}
-        if not SIMULATOR:
-            device_options["forceinline"] = True
-        self._user = cuda.jit(device=True, **device_options)(py_func)
+        self._user = device_function(py_func, **device_options)
         self._dispatchers = {}  # (strategy, align) -> cuda.jit dispatcher of the wrapper
         self._launchers = {}
 
@@ -136,25 +120,20 @@ class Kernel:
 
     def wrapper_source(self, strategy="warp_slab", align=256):
         """The generated wrapper kernel's Python function (for inspection and PTX)."""
-        make_arena = (
-            arena_maker(strategy, align) if SIMULATOR else arena_maker(ArenaType(strategy, align))
-        )
         values = {
             "cuda": cuda,
             "int64": int64,
+            "unpack_handle": unpack_handle,
             "array_at": array_at,
             "enter_block": enter_block,
             "leave_block": leave_block,
             "resolve_slot": resolve_slot,
-            "make_arena": make_arena,
+            "make_arena": arena_maker(strategy, align),
             "user": self._user,
         }
-        if SIMULATOR:
-            values.update(enter_lane=enter_lane, exit_lane=exit_lane)
         name = self.__name__ if self.__name__.isidentifier() else "devalloc_kernel"
         names = _reserved_names([*self._params, name], values)
-        template = _SIM_WRAPPER if SIMULATOR else _GPU_WRAPPER
-        source = template.format(
+        source = _WRAPPER.format(
             name=name,
             params="".join(f", {param}" for param in self._params),
             align=int(align),
@@ -170,15 +149,13 @@ class Kernel:
         key = (strategy, align)
         dispatcher = self._dispatchers.get(key)
         if dispatcher is None:
-            dispatcher = cuda.jit(**self._options)(self.wrapper_source(strategy, align))
+            dispatcher = jit_kernel(**self._options)(self.wrapper_source(strategy, align))
             self._dispatchers[key] = dispatcher
         return dispatcher
 
     def ptx(self, *argtypes, strategy="warp_slab", align=256, cc=(9, 0)):
         """PTX of the kernel as launched (wrapper and all) for Numba `argtypes` of
         the parameters after the arena. Needs no GPU."""
-        if SIMULATOR:
-            raise RuntimeError("PTX cannot be generated under the CUDA simulator")
         options = {k: v for k, v in self._options.items() if k in _DEVICE_OPTIONS}
         with compiling_for(cc):
             ptx, _ = cuda.compile_ptx(
@@ -252,18 +229,17 @@ class _Launcher:
             refuse_runtime_dtypes(args)
         with arena._lock:
             if arena._capture is not None:
-                return self._record(arena, launch, args)
+                return self._record(arena, args)
             try:
                 arena._launch(launch, self._name, self._warps, self._stream, args)
             except BaseException:
-                if not SIMULATOR:  # nothing was queued; say why, if a dtype argument is why
-                    refuse_runtime_dtypes(args)
+                # On the GPU nothing was queued: say why, if a dtype argument is why
+                # (the simulator refused those above).
+                refuse_runtime_dtypes(args)
                 raise
 
-    def _record(self, arena, launch, args):
-        """Inside ``arena.capture()``: the launch becomes a node of the graph.
-        `launch` is the launch as configured (on the simulator, which has no
-        streams, what a replay calls)."""
+    def _record(self, arena, args):
+        """Inside ``arena.capture()``: the launch becomes a node of the graph."""
         graph = arena._capture
         if self._stream and self._stream is not graph.stream:
             raise DevallocError(
@@ -274,11 +250,9 @@ class _Launcher:
         block, shared = self._rest[0], (self._rest[2] if len(self._rest) > 2 else 0)
 
         def launch_on(stream):
-            if SIMULATOR:
-                return launch
             return dispatcher[self._griddim, block, stream, shared]
 
-        graph._record(launch_on, arena._handle_for(self._warps), args, self._name)
+        graph._record(launch_on, self._warps, args, self._name)
 
     def _configure(self, arena):
         """The Numba launch of the wrapper compiled for this arena's type."""
@@ -288,12 +262,7 @@ class _Launcher:
                 f"(got {type(arena).__name__})"
             )
         dispatcher = self._kernel.dispatcher(*arena._kernel_key)
-        config = (self._griddim, *self._rest)
-        if SIMULATOR:
-            launch = simulated_launch(dispatcher, config)
-        else:
-            launch = dispatcher[config]
-        self._configured[arena._kernel_key] = launch
+        launch = self._configured[arena._kernel_key] = dispatcher[(self._griddim, *self._rest)]
         return launch
 
 

@@ -1,4 +1,5 @@
-"""Where everything lives: the arena's memory, the launch handle, the block state.
+"""Where everything lives: the arena's memory, the launch handle, the block state;
+and the strategies.
 
 Shared by the host side, the device side and the Numba glue, so each number is
 written down once.
@@ -16,11 +17,28 @@ the running totals and zeroes it. Resetting the arena is therefore just the
 host switching slots for the next launch: no memset, no extra CUDA call.
 """
 
+from typing import NamedTuple
+
 HEADER_BYTES = 4096  # a power of two: the data region after it keeps any `align`
 GRANULE = 16  # small allocations are packed on 16-byte granules (CUDA malloc's guarantee)
 # Largest data region: slab words hold granule numbers in 63 - REM_BITS bits, and
 # the cursor (int64) must not wrap however many requests run past the end at once.
 MAX_CAPACITY = 1 << 42
+
+
+def data_boundary(align):
+    """What the data region starts on: a multiple of `align`, and never less than
+    HEADER_BYTES, so that the header before it is 256-byte aligned (the launch
+    handle needs it)."""
+    return max(align, HEADER_BYTES)
+
+
+def header_offset(base_address, align):
+    """Where the header starts in an allocation at `base_address` (the padding)."""
+    boundary = data_boundary(align)
+    data = (base_address + HEADER_BYTES + boundary - 1) & -boundary
+    return data - HEADER_BYTES - base_address
+
 
 # -- header words (int64) ---------------------------------------------------------
 SLOT_WORDS = 4
@@ -69,6 +87,10 @@ def slot_base(slot):
 REC_EVENT = 0  # FAIL_EVENTS after the latest failure: the host compares it with what it saw
 RECORD_WORDS = 4
 
+# -- warps ------------------------------------------------------------------------
+WARP_SIZE = 32
+FULL_MASK = 0xFFFFFFFF  # every lane of a warp
+
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
 MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
 BLOCK_LIVE = MAX_WARPS + 1  # threads of this block still running
@@ -115,7 +137,21 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 
 
 def pack_handle(header_address, slot, log2_slab, seq):
+    """The launch handle, made here only. `slot` is 0 or 1, or REPLAYED for a
+    launch recorded into a graph."""
     return header_address | slot | (log2_slab << SLAB_SHIFT) | ((seq & SEQ_MASK) << SEQ_SHIFT)
+
+
+def unpack_handle(handle):
+    """The launch handle's fields, read here only (by the wrapper kernel):
+    ``(header address, slot, log2 slab, sequence number, replayed)``."""
+    return (
+        handle & ADDRESS_MASK,
+        handle & SLOT_MASK,
+        (handle >> SLAB_SHIFT) & SLAB_MASK,
+        (handle >> SEQ_SHIFT) & SEQ_MASK,
+        handle & REPLAYED,
+    )
 
 
 # -- slab sizes ----------------------------------------------------------------------
@@ -136,3 +172,16 @@ def log2_slab_for(capacity, warps, align):
     log2 = max(share.bit_length() - 1, MIN_LOG2_SLAB)
     log2 = min(log2, MAX_LOG2_SLAB)
     return max(log2, align.bit_length() - 1)
+
+
+# -- strategies: where a group's chunk comes from (see `allocator`) ---------------
+
+
+class Strategy(NamedTuple):
+    direct: bool  # chunks from the arena's cursor through the warp's tail, no block slabs
+
+
+STRATEGIES = {  # read by the Arena, the GPU's Arena type and the simulator's
+    "warp_slab": Strategy(direct=False),  # per-warp slabs carved from per-block slabs
+    "bump": Strategy(direct=True),  # one global atomic per group, exact accounting
+}

@@ -44,7 +44,7 @@ class ArenaType(types.Type):
         super().__init__(name=f"Arena(strategy={strategy!r}, align={align})")
 
 
-_MEMBERS = ("header", "data", "capacity", "slot", "seq", "log2_slab", "warp")
+_MEMBERS = ("header", "data", "capacity", "slot", "log2_slab", "warp")
 
 
 @register_model(ArenaType)
@@ -59,30 +59,22 @@ for _name in (*_MEMBERS, "state"):
     make_attribute_wrapper(ArenaType, _name, "_" + _name)
 
 
-def arena_maker(arena_type):
-    """An intrinsic ``make_arena(handle, capacity, warp, block_state)`` for `arena_type`."""
+def arena_maker(strategy, align):
+    """An intrinsic ``make_arena(header, capacity, slot, log2_slab, warp, block_state)``
+    that gives the `ArenaType` value of kernels of an arena of `strategy` and `align`,
+    from fields of the launch handle (`layout.unpack_handle`)."""
+    arena_type = ArenaType(strategy, align)
 
     @intrinsic
-    def make_arena(typingctx, handle, capacity, warp, state):
+    def make_arena(typingctx, header, capacity, slot, log2_slab, warp, state):
         def codegen(context, builder, sig, args):
-            handle, capacity, warp, state = args
-            i64 = ir.IntType(64)
-
-            def field(shift, mask):
-                return builder.and_(builder.lshr(handle, i64(shift)), i64(mask))
-
             arena = cgutils.create_struct_proxy(arena_type)(context, builder)
-            arena.header = builder.and_(handle, i64(L.ADDRESS_MASK))
-            arena.data = builder.add(arena.header, i64(L.HEADER_BYTES))
-            arena.capacity = capacity
-            arena.slot = field(0, L.SLOT_MASK)
-            arena.log2_slab = field(L.SLAB_SHIFT, L.SLAB_MASK)
-            arena.seq = field(L.SEQ_SHIFT, L.SEQ_MASK)
-            arena.warp = warp
-            arena.state = context.make_array(sig.args[3])(context, builder, state).data
+            arena.header, arena.capacity, arena.slot, arena.log2_slab, arena.warp = args[:5]
+            arena.data = builder.add(arena.header, ir.IntType(64)(L.HEADER_BYTES))
+            arena.state = context.make_array(sig.args[5])(context, builder, args[5]).data
             return arena._getvalue()
 
-        sig = arena_type(types.int64, types.int64, types.int64, state)
+        sig = arena_type(*[types.int64] * 5, state)
         return sig, codegen
 
     return make_arena
@@ -159,7 +151,7 @@ def _shape_kind(shape, method):
 
 def _allocator(arena):
     align = arena.align
-    direct = arena.strategy == "bump"
+    direct = L.STRATEGIES[arena.strategy].direct
 
     def allocate(arena, nbytes):
         hdr = array_at(arena._header, L.HEADER_WORDS)

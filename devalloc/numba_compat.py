@@ -13,9 +13,10 @@ this module, never from numba's internals.
 - A dead-code rule patched (`keep_stores_into_arrays`). Checked: 0.30.4.
 - Compiling without a GPU (`compiling_for`): the device lookup of numba-cuda's
   device-function dispatcher, under its compiler lock. Checked: 0.30.4.
-- Driver objects of the host side (`memory`): ``DeviceNDArray`` over arena
+- Driver objects of the host side (`host_memory`): ``DeviceNDArray`` over arena
   memory, raw host/device copies, the deferred-deallocation queue. Checked: 0.30.4.
-- The simulator's device array, for views of simulated arena memory. Checked: 0.30.4.
+- The simulator's device array, for views of simulated arena memory
+  (`simulator.host_memory`). Checked: 0.30.4.
 """
 
 from contextlib import contextmanager
@@ -111,8 +112,10 @@ def compiling_for(cc):
     numba-cuda compiles device functions (and the bodies of @overload) through a
     dispatcher that asks ``get_current_device()`` for the compute capability,
     which fails on a machine without a GPU. Under this context that one lookup
-    answers `cc`.
+    answers `cc`. The simulator compiles nothing: there it raises RuntimeError.
     """
+    if SIMULATOR:
+        raise RuntimeError("PTX cannot be generated under the CUDA simulator")
     from numba.cuda import dispatcher as numba_dispatcher
     from numba.cuda.core.compiler_lock import global_compiler_lock
 

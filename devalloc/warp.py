@@ -1,55 +1,48 @@
-"""The warp primitives the allocator uses: CUDA's own on the GPU, exact stand-ins in
-the simulator (see `simwarp`), so one allocator source runs in both worlds."""
+"""Device side (GPU): the warp primitives the allocator uses, CUDA's own. The
+simulator has exact stand-ins (`simulator.warp`); `backend` picks one or the
+other, so one allocator source runs in both worlds."""
 
 from numba import cuda
 
-from .device_memory import SIMULATOR, device_function
+from .device_memory import device_function
+from .layout import FULL_MASK
 
-FULL_MASK = 0xFFFFFFFF
-WARP_SIZE = 32
+__all__ = ["activemask", "ballot_sync", "lanemask_lt", "pause", "shfl_sync", "shfl_up_sync"]
 
-__all__ = [
-    "FULL_MASK",
-    "WARP_SIZE",
-    "activemask",
-    "ballot_sync",
-    "lanemask_lt",
-    "pause",
-    "shfl_sync",
-    "shfl_up_sync",
-]
+# Numba types these only as attributes of the cuda module; thin inlined
+# device functions give the allocator names it can import.
 
-if SIMULATOR:
-    from .simwarp import activemask, ballot_sync, lanemask_lt, pause, shfl_sync, shfl_up_sync
-else:
-    # Numba types these only as attributes of the cuda module; thin inlined
-    # device functions give the allocator names it can import.
 
-    @device_function
-    def activemask():
-        return cuda.activemask()
+@device_function
+def activemask():
+    return cuda.activemask()
 
-    @device_function
-    def ballot_sync(mask, predicate):
-        # Numba types the ballot as int32: lane 31 would make it negative, and
-        # sign-extended into 64-bit arithmetic it would count 32 lanes too many.
-        # Non-negative here, as in the simulator.
-        return cuda.ballot_sync(mask, predicate) & FULL_MASK
 
-    @device_function
-    def lanemask_lt():
-        return cuda.lanemask_lt()
+@device_function
+def ballot_sync(mask, predicate):
+    # Numba types the ballot as int32: lane 31 would make it negative, and
+    # sign-extended into 64-bit arithmetic it would count 32 lanes too many.
+    # Non-negative here, as in the simulator.
+    return cuda.ballot_sync(mask, predicate) & FULL_MASK
 
-    @device_function
-    def shfl_sync(mask, value, src_lane):
-        return cuda.shfl_sync(mask, value, src_lane)
 
-    @device_function
-    def shfl_up_sync(mask, value, delta):
-        return cuda.shfl_up_sync(mask, value, delta)
+@device_function
+def lanemask_lt():
+    return cuda.lanemask_lt()
 
-    @device_function
-    def pause():
-        """Wait for another warp (a refill, the cursor put back) by polling again at
-        once: on the H200, `nanosleep(32)` here cost 9% of the throughput of
-        mixed sizes (100 K threads, 2026-12-01), whose refills others wait for."""
+
+@device_function
+def shfl_sync(mask, value, src_lane):
+    return cuda.shfl_sync(mask, value, src_lane)
+
+
+@device_function
+def shfl_up_sync(mask, value, delta):
+    return cuda.shfl_up_sync(mask, value, delta)
+
+
+@device_function
+def pause():
+    """Wait for another warp (a refill, the cursor put back) by polling again at
+    once: on the H200, `nanosleep(32)` here cost 9% of the throughput of
+    mixed sizes (100 K threads, 2026-12-01), whose refills others wait for."""

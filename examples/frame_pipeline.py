@@ -44,7 +44,7 @@ from numba import cuda  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import devalloc  # noqa: E402
-from devalloc.device_memory import SIMULATOR  # noqa: E402
+from devalloc.backend import SIMULATOR  # noqa: E402
 from kernels import image as K  # noqa: E402
 
 MODES = ("devalloc", "malloc", "static", "devalloc-graph", "static-graph")

@@ -26,7 +26,7 @@ from hypothesis import Phase, settings  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import devalloc  # noqa: E402
-from devalloc.device_memory import SIMULATOR  # noqa: E402
+from devalloc.backend import SIMULATOR  # noqa: E402
 
 # `--hypothesis-profile=report` on the GPU: find and report failures, without the
 # minutes of relaunching that shrinking them takes.

@@ -6,7 +6,7 @@ import pytest
 from numba import cuda
 
 import devalloc
-from devalloc.device_memory import SIMULATOR
+from devalloc.backend import SIMULATOR
 from helpers import poisoned
 
 POISON = poisoned(32, np.int64)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from devalloc.device_memory import SIMULATOR
+from devalloc.backend import SIMULATOR
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "examples" / "frame_pipeline.py"

@@ -14,7 +14,7 @@ import pytest
 from numba import cuda, types
 
 import devalloc
-from devalloc.device_memory import SIMULATOR
+from devalloc.backend import SIMULATOR
 from ptx_cfg import Cfg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,8 +274,9 @@ def test_the_ballot_is_a_non_negative_mask_as_in_the_simulator():
     negative; mixed into int64 arithmetic it sign-extends, and its popcount is
     32 too many (seen on the H200: every allocation of a partial warp holding
     lane 31 counted 32 more). devalloc's ballot is the simulator's: 0 to 2**32-1."""
+    from devalloc.layout import FULL_MASK
     from devalloc.numba_compat import compiling_for
-    from devalloc.warp import FULL_MASK, ballot_sync
+    from devalloc.warp import ballot_sync
 
     def lanes(out):
         out[0] = ballot_sync(FULL_MASK, cuda.laneid == 31)

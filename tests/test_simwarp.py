@@ -9,13 +9,13 @@ import pytest
 from numba import cuda
 
 import devalloc
-from devalloc.device_memory import SIMULATOR
+from devalloc.backend import SIMULATOR
 from helpers import poisoned
 
 pytestmark = pytest.mark.skipif(not SIMULATOR, reason="tests the simulator's stand-ins")
 
 if SIMULATOR:
-    from devalloc.simwarp import WarpError, activemask, ballot_sync, shfl_sync, shfl_up_sync
+    from devalloc.simulator.warp import WarpError, activemask, ballot_sync, shfl_sync, shfl_up_sync
 
 
 def lanes_mask(lanes):

@@ -12,7 +12,7 @@ import pytest
 from numba import cuda
 
 import devalloc
-from devalloc.device_memory import SIMULATOR
+from devalloc.backend import SIMULATOR
 from helpers import STRATEGIES, poisoned
 
 pytestmark = pytest.mark.parametrize("strategy", STRATEGIES)
@@ -389,7 +389,7 @@ def test_a_kernel_that_raises_leaves_the_next_launch_an_empty_arena(strategy):
 
 @pytest.mark.skipif(not SIMULATOR, reason="counts the simulator's registered buffers")
 def test_dropped_arenas_give_their_memory_back(strategy):
-    from devalloc import device_memory
+    from devalloc.simulator import device_memory
 
     gc.collect()
     before = len(device_memory._buffers)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import devalloc
-from devalloc.device_memory import SIMULATOR
+from devalloc.backend import SIMULATOR
 from helpers import NO_CALL, STRATEGIES, check_allocations, poisoned, run_requests
 from kernels.bench import alloc_until_full
 

@@ -1,25 +1,24 @@
-"""Simulator glue: the Arena a kernel sees under ``NUMBA_ENABLE_CUDASIM=1``, and
-how a devalloc kernel is launched there.
+"""Simulator glue: the Arena a kernel sees under ``NUMBA_ENABLE_CUDASIM=1``
+(`numba_arena`'s twin).
 
 The simulator cannot run custom Numba types, so a simulated kernel receives this
 plain Python object instead. It has the methods and semantics of the GPU type
 (`numba_arena`), accepts and refuses what the GPU's compiler does, and runs the
 very same allocator functions over simulated device memory (`device_memory`),
-with the warp stand-ins of `simwarp`.
+with the warp stand-ins of `warp`.
 """
 
 import math
 import operator
-import threading
 
 import numpy as np
 
-from . import layout as L
-from .allocator import group_alloc, request_bytes
+from .. import layout as L
+from ..allocator import group_alloc, request_bytes
+from ..errors import DTYPE_HINT
 from .device_memory import array_at, buffer_at
-from .errors import DTYPE_HINT
 
-__all__ = ["SimKernelArena", "arena_maker", "simulated_launch"]
+__all__ = ["SimKernelArena", "arena_maker"]
 
 _KINDS = "biufc"  # bool, int, uint, float, complex
 
@@ -67,14 +66,14 @@ class SimKernelArena:
         "_state", "_warp",
     )  # fmt: skip
 
-    def __init__(self, strategy, align, handle, capacity, warp, state):
-        self._direct = strategy == "bump"
+    def __init__(self, strategy, align, header, capacity, slot, log2_slab, warp, state):
+        self._direct = L.STRATEGIES[strategy].direct
         self._align = align
-        self._header = handle & L.ADDRESS_MASK
-        self._data = self._header + L.HEADER_BYTES
+        self._header = header
+        self._data = header + L.HEADER_BYTES
         self._capacity = int(capacity)
-        self._slot = handle & L.SLOT_MASK
-        self._log2_slab = (handle >> L.SLAB_SHIFT) & L.SLAB_MASK
+        self._slot = slot
+        self._log2_slab = log2_slab
         self._warp = warp
         self._state = state
 
@@ -123,33 +122,10 @@ class SimKernelArena:
 
 
 def arena_maker(strategy, align):
-    """``make_arena(handle, capacity, warp, block_state)`` for simulated kernels."""
+    """``make_arena(header, capacity, slot, log2_slab, warp, block_state)`` for
+    simulated kernels (`numba_arena.arena_maker`'s twin)."""
 
-    def make_arena(handle, capacity, warp, state):
-        return SimKernelArena(strategy, align, handle, capacity, warp, state)
+    def make_arena(*fields):
+        return SimKernelArena(strategy, align, *fields)
 
     return make_arena
-
-
-# Numba's simulator runs one kernel at a time in a process (a second launch from
-# another thread would run as a device-function call on that thread).
-_one_kernel_at_a_time = threading.Lock()
-_JOIN_SECONDS = 30
-
-
-def simulated_launch(dispatcher, config):
-    """Launch the wrapper with its configuration, one kernel at a time; after an
-    exception, wait for the lanes still running to stop before returning, so
-    that nothing of this launch runs into the next."""
-
-    def launch(handle, *args):
-        warps = {}
-        with _one_kernel_at_a_time:
-            try:
-                dispatcher[config]((handle, warps), *args)
-            finally:
-                for warp in list(warps.values()):
-                    for thread in list(warp.threads.values()):
-                        thread.join(_JOIN_SECONDS)
-
-    return launch

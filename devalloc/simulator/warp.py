@@ -1,4 +1,5 @@
-"""Simulator stand-ins for the warp primitives devalloc's allocator uses.
+"""Simulator side: stand-ins for the warp primitives devalloc's allocator uses
+(`warp`'s twins).
 
 Numba's CUDA simulator runs every thread of a block as a Python thread and has
 no warp intrinsics. These stand-ins give the allocator the real semantics:
@@ -23,8 +24,8 @@ import sys
 import threading
 import time
 
-FULL_MASK = 0xFFFFFFFF
-WARP_SIZE = 32
+from ..layout import FULL_MASK, WARP_SIZE
+
 _POLL_SECONDS = 0.002  # lanes blocked in syncthreads change state without telling us
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ballot_sync",
     "enter_lane",
     "exit_lane",
+    "lanemask_lt",
     "pause",
     "shfl_sync",
     "shfl_up_sync",

@@ -1,0 +1,101 @@
+"""The one switch between the GPU and Numba's CUDA simulator.
+
+``NUMBA_ENABLE_CUDASIM=1`` (read by `numba_compat` as `SIMULATOR`) picks the
+simulator. What differs between the two worlds is picked here, once, and the
+rest of the package imports it from here. The simulator's side lives in the
+`devalloc.simulator` sub-package, module for module beside the GPU's:
+
+=================  ==========================  ======================================
+name               GPU                         simulator
+=================  ==========================  ======================================
+device functions   device_memory               simulator.device_memory
+warp primitives    warp                        simulator.warp
+arena_maker        numba_arena (a Numba type)  simulator.numba_arena (a Python object)
+jit_kernel         ``cuda.jit``                simulator.launch (lanes, one kernel
+                                               at a time)
+Memory             host_memory.GpuMemory       simulator.host_memory.SimMemory
+Recording          cuda_graphs.Recording       simulator.cuda_graphs.Recording
+=================  ==========================  ======================================
+
+The device functions are ``device_function``, ``array_at``, ``int32_words``,
+``load_volatile``, ``load_volatile_shared``, ``reduce_add``, ``store_volatile_at``
+and ``store_volatile_shared``; the warp primitives ``activemask``,
+``ballot_sync``, ``lanemask_lt``, ``pause``, ``shfl_sync`` and ``shfl_up_sync``.
+
+Two host-side differences are tested where they happen, on `SIMULATOR`: a
+simulated launch has run (up to an exception, if it raised) when it returns
+(`arena`), and it is given no dtype argument (`launch`: the GPU refuses one
+while typing the launch). What differs in Numba itself (its internals; the
+simulator compiles no PTX) stays in `numba_compat`.
+"""
+
+from .numba_compat import SIMULATOR
+
+# The device side first: the kernel arenas imported below build on the allocator,
+# which takes its device functions and warp primitives from this module while it
+# is still being imported.
+if SIMULATOR:
+    from .simulator.device_memory import (
+        array_at,
+        device_function,
+        int32_words,
+        load_volatile,
+        load_volatile_shared,
+        reduce_add,
+        store_volatile_at,
+        store_volatile_shared,
+    )
+    from .simulator.warp import (
+        activemask,
+        ballot_sync,
+        lanemask_lt,
+        pause,
+        shfl_sync,
+        shfl_up_sync,
+    )
+else:
+    from .device_memory import (
+        array_at,
+        device_function,
+        int32_words,
+        load_volatile,
+        load_volatile_shared,
+        reduce_add,
+        store_volatile_at,
+        store_volatile_shared,
+    )
+    from .warp import activemask, ballot_sync, lanemask_lt, pause, shfl_sync, shfl_up_sync
+
+if SIMULATOR:
+    from .simulator.cuda_graphs import Recording
+    from .simulator.host_memory import SimMemory as Memory
+    from .simulator.launch import jit_kernel
+    from .simulator.numba_arena import arena_maker
+else:
+    from numba.cuda import jit as jit_kernel
+
+    from .cuda_graphs import Recording
+    from .host_memory import GpuMemory as Memory
+    from .numba_arena import arena_maker
+
+__all__ = [
+    "SIMULATOR",
+    "Memory",
+    "Recording",
+    "activemask",
+    "arena_maker",
+    "array_at",
+    "ballot_sync",
+    "device_function",
+    "int32_words",
+    "jit_kernel",
+    "lanemask_lt",
+    "load_volatile",
+    "load_volatile_shared",
+    "pause",
+    "reduce_add",
+    "shfl_sync",
+    "shfl_up_sync",
+    "store_volatile_at",
+    "store_volatile_shared",
+]

@@ -1,0 +1,98 @@
+"""Host side: where an arena's bytes live on a GPU.
+
+`Arena` talks to a `GpuMemory` (or, on the simulator, to its twin
+`simulator.host_memory.SimMemory`; `backend` picks one) and never to the
+driver directly: one device allocation (through Numba's memory manager, so an
+external memory manager such as RMM's is honoured) and a small host-mapped
+failure record that kernels write and the host polls without synchronizing.
+"""
+
+from contextlib import nullcontext
+
+import numpy as np
+from numba import cuda
+
+from . import layout as L
+from .errors import DeviceMemoryError, NoGpuError
+from .numba_compat import CudaSupportError, DeviceNDArray, driver, flush_deallocations
+
+__all__ = ["GpuMemory"]
+
+
+def _padded_size(capacity, align):
+    # cudaMalloc returns 256-byte aligned memory; larger boundaries need padding.
+    return L.HEADER_BYTES + capacity + L.data_boundary(align) - L.HEADER_BYTES
+
+
+def _is_out_of_memory(error):
+    return "OUT_OF_MEMORY" in str(getattr(error, "code", ""))
+
+
+class GpuMemory:
+    def __init__(self, capacity, align, device):
+        self.device = device
+        size = _padded_size(capacity, align)
+        try:
+            with self._context():
+                context = cuda.current_context()
+                try:
+                    self._mem = context.memalloc(size)
+                except driver.CudaAPIError as error:
+                    if not _is_out_of_memory(error):
+                        raise
+                    free, _ = context.get_memory_info()
+                    raise DeviceMemoryError(capacity, free, f"GPU {context.device.id}") from None
+        except CudaSupportError as error:
+            raise NoGpuError(error) from None
+        with self._context():
+            base = self._mem.device_ctypes_pointer.value
+            self._header_offset = L.header_offset(base, align)
+            self.header_address = base + self._header_offset
+            self.record = cuda.mapped_array(L.RECORD_WORDS, np.int64)
+            self.record[:] = 0
+            self.record_address = self.record.device_ctypes_pointer.value
+        self.event = None
+
+    def _context(self):
+        return cuda.gpus[self.device] if self.device is not None else nullcontext()
+
+    def write_header(self, words, first=0):
+        """Write `words` (int64) into the header from word `first` on."""
+        start = self._header_offset + 8 * first
+        with self._context():
+            driver.host_to_device(self._mem.view(start), words, words.nbytes)
+
+    def read_header(self, words):
+        with self._context():
+            driver.device_to_host(words, self._mem.view(self._header_offset), words.nbytes)
+
+    def device_array(self, offset, shape, strides, dtype):
+        start = self._header_offset + L.HEADER_BYTES + offset
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        return DeviceNDArray(shape, strides, dtype, gpu_data=self._mem.view(start, start + nbytes))
+
+    @staticmethod
+    def synchronize(stream):
+        if stream:
+            stream.synchronize()
+        else:
+            cuda.default_stream().synchronize()
+
+    def order_after(self, earlier, later):
+        """Make stream `later` wait for the work queued so far on `earlier`."""
+        with self._context():
+            if self.event is None:
+                self.event = cuda.event(timing=False)
+            self.event.record(earlier or cuda.default_stream())
+            self.event.wait(later or cuda.default_stream())
+
+    def free(self):
+        # Drop the references: Numba frees the memory once the last device_view
+        # over it is gone too, so a view kept past close() never dangles. Then
+        # flush Numba's deferred frees, so that closing gives the memory back now.
+        if self._mem is None:
+            return
+        self._mem = None
+        self.record = None
+        with self._context():
+            flush_deallocations()

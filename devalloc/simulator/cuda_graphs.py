@@ -1,0 +1,35 @@
+"""Simulator side: a devalloc Graph's recording (`cuda_graphs.Recording`'s twin):
+the launches, as calls made in order at each replay."""
+
+from numba import cuda
+
+from ..errors import DevallocError
+
+__all__ = ["Recording"]
+
+
+class Recording:
+    """The launches recorded for a Graph, after its first node
+    ``first_node[1, 1](header_address)``."""
+
+    def __init__(self, stream, first_node, header_address):
+        self.stream = stream or cuda.stream()
+        self._calls = [lambda: first_node[1, 1](header_address)]
+
+    def record(self, launch_on, handle, args):
+        self._calls.append(lambda: launch_on(None)(handle, *args))
+
+    def finish(self):
+        pass
+
+    def abandon(self):
+        self._calls = None
+
+    def launch(self, stream):
+        if self._calls is None:
+            raise DevallocError("this graph was closed, or its capture did not finish")
+        for call in self._calls:
+            call()
+
+    def close(self):
+        self._calls = None
