@@ -83,7 +83,7 @@ def _number_dtype(dtype):
 # Read at every launch: module constants are one lookup, layout's attributes two.
 _EVENT = L.REC_EVENT
 _SEQ_MASK = L.SEQ_MASK
-_pack_handle = L.pack_handle
+_SEQ_SHIFT = L.SEQ_SHIFT
 
 
 class _Reports:
@@ -293,7 +293,9 @@ class Arena:
         self._lock = threading.RLock()
         self._header_address = self._memory.header_address
         self._kernel_key = (strategy, align)  # which compiled wrapper a kernel launches
-        self._log2_slabs = {}  # warps in the grid -> log2 of the launch's slab size
+        # slot (0, 1, or REPLAYED) -> warps in the grid -> the launch handle, but its
+        # sequence number (see _handle_for)
+        self._handles = {0: {}, 1: {}, L.REPLAYED: {}}
         self._closed = False
         self._slot = 0
         self._dirty = False  # the live slot has seen a launch since it was cleared
@@ -360,43 +362,67 @@ class Arena:
 
     # -- launches (called by devalloc.kernel, holding self._lock) ---------------------
 
-    def _launch(self, launch, kernel_name, warps, stream, args):
-        """Queue ``launch(handle, *args)``, with everything it needs from the host
-        and no CUDA call in the steady state. This is the whole per-launch cost
-        of devalloc on the host: keep it lean (measured against a plain launch
-        by benchmarks/run.py's launch suite)."""
-        if self._closed:
-            raise ArenaClosedError(f"cannot launch {kernel_name!r} on a closed arena")
-        reports = self._reports
-        if reports.record[_EVENT] != reports.seen:
-            self._report_failures(not_launched=kernel_name)
-        if stream is not reports.stream and stream != reports.stream:
-            self._move_to(stream)
-        handle = self._handle_for(warps, self._slot, reports.names, kernel_name)
+    def _launch(self, launcher, launch, args):
+        """Queue ``launch(handle, *args)`` for `launcher` (a ``kernel[grid, block]``),
+        with everything it needs from the host and no CUDA call in the steady
+        state; inside ``arena.capture()``, record it instead. This is the whole
+        per-launch cost of devalloc on the host, measured against a plain launch
+        by benchmarks/run.py's launch suite: keep it lean (one call deep, as
+        few attribute reads as it can)."""
+        lock = self._lock  # (acquire and release: half the cost of a with statement)
+        lock.acquire()
         try:
-            launch(handle, *args)
-        except BaseException:
-            if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
-                self._end_launch()
-            raise
-        self._end_launch()
+            if self._capture is not None:
+                return launcher._record(self, args)
+            if self._closed:
+                raise ArenaClosedError(f"cannot launch {launcher._name!r} on a closed arena")
+            reports = self._reports
+            if reports.record[_EVENT] != reports.seen:
+                self._report_failures(not_launched=launcher._name)
+            stream = launcher._stream
+            if stream is not reports.stream and stream != reports.stream:
+                self._move_to(stream)
+            # `_handle_for` and, below, `_end_launch`, inlined: this is the hot path.
+            seq = self._seq = (self._seq + 1) & _SEQ_MASK
+            reports.names[seq] = launcher._name
+            slot = self._slot
+            handle = self._handles[slot].get(launcher._warps)
+            if handle is None:
+                handle = self._new_handle(launcher._warps, slot)
+            try:
+                launch(handle | seq << _SEQ_SHIFT, *args)
+            except BaseException:
+                if SIMULATOR:  # the kernel ran, up to the exception: its memory is used
+                    self._end_launch()
+                raise
+            self._launches += 1
+            if self._in_frame:
+                self._dirty = True
+            else:  # the next launch starts empty: it allocates from the other slot
+                self._slot ^= 1
+                self._resets += 1
+        finally:
+            lock.release()
 
     def _handle_for(self, warps, slot, names, kernel_name):
         """The handle of a launch of `warps` warps from `slot` (`layout.pack_handle`)
         with a new sequence number, under which `names` keeps `kernel_name` for
-        failure reports."""
-        seq = self._seq = self._seq + 1
-        names[seq & _SEQ_MASK] = kernel_name
-        log2_slab = self._log2_slabs.get(warps)
-        if log2_slab is None:
-            log2_slab = self._new_log2_slab(warps)
-        return _pack_handle(self._header_address, slot, log2_slab, seq)
+        failure reports. The rest of the handle is packed once per (slot,
+        warps): its sequence field is zero there, so the number is or-ed in."""
+        seq = self._seq = (self._seq + 1) & _SEQ_MASK
+        names[seq] = kernel_name
+        handle = self._handles[slot].get(warps)
+        if handle is None:
+            handle = self._new_handle(warps, slot)
+        return handle | seq << _SEQ_SHIFT
 
-    def _new_log2_slab(self, warps):
-        if len(self._log2_slabs) > 256:
-            self._log2_slabs.clear()
-        log2_slab = self._log2_slabs[warps] = L.log2_slab_for(self._capacity, warps, self._align)
-        return log2_slab
+    def _new_handle(self, warps, slot):
+        handles = self._handles[slot]
+        if len(handles) > 256:
+            handles.clear()
+        log2_slab = L.log2_slab_for(self._capacity, warps, self._align)
+        handles[warps] = L.pack_handle(self._header_address, slot, log2_slab, 0)
+        return handles[warps]
 
     def _move_to(self, stream):
         """The arena's next work goes to `stream`: ordered after what it queued

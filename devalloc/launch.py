@@ -227,16 +227,13 @@ class _Launcher:
             launch = self._configure(arena)
         if SIMULATOR:  # the GPU refuses these while typing the launch
             refuse_runtime_dtypes(args)
-        with arena._lock:
-            if arena._capture is not None:
-                return self._record(arena, args)
-            try:
-                arena._launch(launch, self._name, self._warps, self._stream, args)
-            except BaseException:
-                # On the GPU nothing was queued: say why, if a dtype argument is why
-                # (the simulator refused those above).
-                refuse_runtime_dtypes(args)
-                raise
+        try:
+            return arena._launch(self, launch, args)
+        except BaseException:
+            # On the GPU nothing was queued: say why, if a dtype argument is why
+            # (the simulator refused those above).
+            refuse_runtime_dtypes(args)
+            raise
 
     def _record(self, arena, args):
         """Inside ``arena.capture()``: the launch becomes a node of the graph."""
