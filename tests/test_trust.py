@@ -264,6 +264,23 @@ def test_the_launch_that_finds_a_report_is_not_made_and_says_so(strategy):
         assert arena.stats().launches == 2
 
 
+def test_a_report_names_its_kernel_when_the_launch_numbers_wrap(strategy):
+    """Launches are numbered mod 2**SEQ_BITS in their handles; a failure at the
+    wrap still names the kernel that failed (white box: the counter is set near
+    its end, instead of making 32 K launches)."""
+    from devalloc import layout
+
+    with devalloc.Arena(1 << 12, strategy=strategy) as arena:
+        out = poisoned(32, np.int64)
+        arena._seq = layout.SEQ_MASK - 1
+        stamp[1, 32](arena, 4, out)  # number SEQ_MASK
+        ask(arena, [[9000]], threads=32)  # number 0: fails
+        with pytest.raises(devalloc.ArenaOverflowError) as info:
+            stamp[1, 32](arena, 5, out)
+        assert (info.value.kernel, info.value.not_launched) == ("ask_in_turn", "stamp")
+        np.testing.assert_array_equal(out, 4000 + np.arange(32))
+
+
 def test_catching_and_continuing_loses_no_launch(strategy):
     made = 0
     with devalloc.Arena(1 << 10, strategy=strategy) as arena:
