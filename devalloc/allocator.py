@@ -204,8 +204,10 @@ def hand_back_tail(hdr, slot, slab, unit):
     cursor = slot * L.SLOT_WORDS + L.CURSOR
     # A plain read first: most blocks' slabs are not the last, and a CAS on the
     # cursor, which every block would make, queues behind the other blocks'.
-    if (keep < end) & (load_volatile(hdr, cursor) == end << 4):
-        cuda.atomic.cas(hdr, cursor, end << 4, keep << 4)
+    # (Nested: a block with no tail, or no slab at all, reads nothing.)
+    if keep < end:
+        if load_volatile(hdr, cursor) == end << 4:
+            cuda.atomic.cas(hdr, cursor, end << 4, keep << 4)
 
 
 @device_function
