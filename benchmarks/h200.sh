@@ -42,16 +42,19 @@ for stage in $stages; do
     pytest-bench)  # the regression gate: medians against the last accepted run
         # (benchmarks/results/pytest-benchmark); this run is saved beside it, and
         # committing $OUT's copy of that folder makes it the next baseline.
-        mkdir -p "$OUT/all/pytest-benchmark"
-        cp -r benchmarks/results/pytest-benchmark/. "$OUT/all/pytest-benchmark/" 2>/dev/null
+        # (The storage lives in the checkout: pytest-benchmark names saved runs
+        # relative to the root directory, and refuses a folder outside it.)
+        storage=.pytest-benchmark-run; rm -rf "$storage"; mkdir -p "$storage"
+        cp -r benchmarks/results/pytest-benchmark/. "$storage/" 2>/dev/null
         gate=""
-        if compgen -G "$OUT/all/pytest-benchmark/*/*.json" > /dev/null; then
+        if compgen -G "$storage/*/*.json" > /dev/null; then
           gate="--benchmark-compare --benchmark-compare-fail=median:10%"
         fi
         timeout 60 python3 -m pytest benchmarks/ -q -p no:cacheprovider -W default --benchmark-enable \
-          --benchmark-storage="file://$OUT/all/pytest-benchmark" --benchmark-autosave $gate \
+          --benchmark-storage="file://$PWD/$storage" --benchmark-autosave $gate \
           --benchmark-json="$OUT/all/pytest-benchmark.json" > "$OUT/all/pytest-benchmark.log" 2>&1
-        tail -4 "$OUT/all/pytest-benchmark.log" ;;
+        tail -4 "$OUT/all/pytest-benchmark.log"
+        mkdir -p "$OUT/all/pytest-benchmark"; cp -r "$storage/." "$OUT/all/pytest-benchmark/" ;;
     memcheck) sanitize memcheck memcheck.log 300 $gpu_tests \
         -k "a_million_threads or streams or launches or random_programs or sixteen" ;;
     racecheck) sanitize racecheck racecheck.log 300 $small_tests -k "not (retrying_alone and random)" ;;

@@ -18,9 +18,10 @@ Recording          cuda_graphs.Recording       simulator.cuda_graphs.Recording
 =================  ==========================  ======================================
 
 The device functions are ``device_function``, ``array_at``, ``int32_words``,
-``load_volatile``, ``load_volatile_shared``, ``reduce_add``, ``store_volatile_at``
-and ``store_volatile_shared``; the warp primitives ``activemask``,
-``ballot_sync``, ``lanemask_lt``, ``pause``, ``shfl_sync`` and ``shfl_up_sync``.
+``leave_add``, ``load_volatile``, ``load_volatile_shared``, ``reduce_add``,
+``store_volatile_at`` and ``store_volatile_shared``; the warp primitives ``activemask``,
+``ballot_sync``, ``lanemask_lt``, ``pause``, ``shfl_sync``, ``shfl_up_sync`` and
+``syncwarp``.
 
 Two host-side differences are tested where they happen, on `SIMULATOR`: a
 simulated launch has run (up to an exception, if it raised) when it returns
@@ -39,6 +40,7 @@ if SIMULATOR:
         array_at,
         device_function,
         int32_words,
+        leave_add,
         load_volatile,
         load_volatile_shared,
         reduce_add,
@@ -52,19 +54,29 @@ if SIMULATOR:
         pause,
         shfl_sync,
         shfl_up_sync,
+        syncwarp,
     )
 else:
     from .device_memory import (
         array_at,
         device_function,
         int32_words,
+        leave_add,
         load_volatile,
         load_volatile_shared,
         reduce_add,
         store_volatile_at,
         store_volatile_shared,
     )
-    from .warp import activemask, ballot_sync, lanemask_lt, pause, shfl_sync, shfl_up_sync
+    from .warp import (
+        activemask,
+        ballot_sync,
+        lanemask_lt,
+        pause,
+        shfl_sync,
+        shfl_up_sync,
+        syncwarp,
+    )
 
 if SIMULATOR:
     from .simulator.cuda_graphs import Recording
@@ -90,6 +102,7 @@ __all__ = [
     "int32_words",
     "jit_kernel",
     "lanemask_lt",
+    "leave_add",
     "load_volatile",
     "load_volatile_shared",
     "pause",
@@ -98,4 +111,5 @@ __all__ = [
     "shfl_up_sync",
     "store_volatile_at",
     "store_volatile_shared",
+    "syncwarp",
 ]

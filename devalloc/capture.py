@@ -46,8 +46,10 @@ class Graph:
 
     Inside the capture, devalloc kernels launched without a stream (or on
     ``graph.stream``) are recorded; other work (plain kernels, copies) joins the
-    graph when queued on ``graph.stream``. On the simulator only devalloc
-    kernels are recorded: other work runs at capture time.
+    graph when queued on ``graph.stream``, and runs at capture time when queued
+    elsewhere (``graph.stream`` does not wait for the default stream). On the
+    simulator only devalloc kernels are recorded: other work runs at capture
+    time.
     """
 
     def __init__(self, arena, stream=None):
@@ -75,7 +77,8 @@ class Graph:
         self._arena._replay(self, stream)
 
     def close(self):
-        """Release the CUDA graph (also done when the Graph is dropped)."""
+        """Release the CUDA graph and the stream it was captured on, if it made
+        one (also done when the Graph is dropped)."""
         self._recording.close()
 
     def __repr__(self):

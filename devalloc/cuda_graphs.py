@@ -6,6 +6,7 @@ Checked against cuda-bindings 13.3 and 13.5 with numba-cuda 0.30.4: Numba's
 kernel launches onto a stream in capture mode are recorded, not run.
 """
 
+import gc
 import weakref
 
 import numpy as np
@@ -33,23 +34,41 @@ def stream_handle(stream):
 class StreamCapture:
     """Work queued on `stream` (a new stream if None) between construction and
     `finish()` becomes one CUDA graph, launched by `launch(stream)`. The capture
-    is thread-local: other host threads may keep using CUDA meanwhile."""
+    is thread-local: other host threads may keep using CUDA meanwhile.
+
+    The stream made here is a non-blocking one, so that work another thread
+    queues on the legacy default stream meanwhile neither waits for nor
+    invalidates the capture (a blocking capture stream takes an implicit
+    dependency on such work, which CUDA refuses); work this thread queues there
+    runs at once, uncaptured, as on the simulator.
+    """
 
     def __init__(self, stream=None):
-        self.stream = stream or cuda.stream()
+        self._own_stream = None
+        if stream is None:
+            self._own_stream = _check(
+                cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
+                "cuStreamCreate",
+            )
+            stream = cuda.external_stream(int(self._own_stream))
+        self.stream = stream
         self._handle = stream_handle(self.stream)
         self._exec = None
         self._graph = None
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        # Numba frees device memory of dropped arrays in batches, whenever a batch
-        # fills: a cuMemFree while capturing invalidates the capture (seen on the
-        # H200 in the frame pipeline). Numba's own switch holds frees back.
+        # Dropped objects' finalizers must not call CUDA while capturing: garbage
+        # is collected before the capture starts (as torch.cuda.graph does), and
+        # Numba's batched frees of device memory are held back until it ends (a
+        # cuMemFree while capturing invalidates the capture: seen on the H200 in
+        # the frame pipeline).
+        gc.collect()
         self._deferred = cuda.defer_cleanup()
         self._deferred.__enter__()
         try:
             _check(cu.cuStreamBeginCapture(self._handle, mode), "cuStreamBeginCapture")
         except BaseException:
             self._deferred.__exit__(None, None, None)
+            self._destroy_stream()
             raise
         self._capturing = True
 
@@ -65,6 +84,7 @@ class StreamCapture:
         self._exec = _check(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
 
     def abandon(self):
+        """End the capture and keep nothing (the capture may have been invalidated)."""
         if self._capturing:
             try:
                 graph = self._end()
@@ -77,13 +97,20 @@ class StreamCapture:
             raise DevallocError("this graph was closed, or its capture did not finish")
         _check(cu.cuGraphLaunch(self._exec, stream_handle(stream)), "cuGraphLaunch")
 
+    def _destroy_stream(self):
+        if self._own_stream is not None:  # the driver waits for queued work first
+            cu.cuStreamDestroy(self._own_stream)
+            self._own_stream = None
+
     def close(self):
+        self.abandon()
         if self._exec is not None:
             cu.cuGraphExecDestroy(self._exec)
             self._exec = None
         if self._graph is not None:
             cu.cuGraphDestroy(self._graph)
             self._graph = None
+        self._destroy_stream()
 
 
 class Recording:
@@ -99,7 +126,11 @@ class Recording:
         self._capture = StreamCapture(stream)
         self.stream = self._capture.stream
         self._finalizer = weakref.finalize(self, self._capture.close)
-        first_node[1, 1, self.stream](header_address)
+        try:
+            first_node[1, 1, self.stream](header_address)
+        except BaseException:  # never leave a capture open behind an error
+            self._capture.abandon()
+            raise
 
     def record(self, launch_on, handle, args):
         launch_on(self.stream)(handle, *args)

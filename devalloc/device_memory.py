@@ -19,6 +19,7 @@ __all__ = [
     "device_function",
     "global_pointer",
     "int32_words",
+    "leave_add",
     "load_volatile",
     "load_volatile_shared",
     "numba_dtype",
@@ -159,6 +160,34 @@ def _int32_pointer(typingctx, array):
 def int32_words(array):
     """An int64 array's memory seen as twice as many int32 words."""
     return carray(_int32_pointer(array), array.size * 2)
+
+
+@intrinsic
+def leave_add(typingctx, array, index, value):
+    """``old = array[index]; array[index] += value`` on an int32 in shared memory,
+    with acquire-release order at block scope (PTX ``atom.acq_rel.cta.shared``):
+    what this thread wrote before is visible to the thread that sees the sum it
+    left, and that thread sees what the earlier adders wrote."""
+    if not (
+        isinstance(array, types.Array)
+        and array.dtype == types.int32
+        and isinstance(index, types.Integer)
+        and isinstance(value, types.Integer)
+    ):
+        return None
+
+    def codegen(context, builder, sig, args):
+        address, where = _word_address(context, builder, sig, args, shared=True)
+        amount = context.cast(builder, args[2], sig.args[2], types.int32)
+        atom = ir.InlineAsm(
+            ir.FunctionType(ir.IntType(32), [address.type, ir.IntType(32)]),
+            "atom.acq_rel.cta.shared.add.u32 $0, [$1], $2;",
+            f"=r,{where},r,~{{memory}}",
+            side_effect=True,
+        )
+        return builder.call(atom, [address, amount])
+
+    return types.int32(array, index, value), codegen
 
 
 @intrinsic

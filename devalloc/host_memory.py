@@ -19,11 +19,6 @@ from .numba_compat import CudaSupportError, DeviceNDArray, driver, flush_dealloc
 __all__ = ["GpuMemory"]
 
 
-def _padded_size(capacity, align):
-    # cudaMalloc returns 256-byte aligned memory; larger boundaries need padding.
-    return L.HEADER_BYTES + capacity + L.data_boundary(align) - L.HEADER_BYTES
-
-
 def _is_out_of_memory(error):
     return "OUT_OF_MEMORY" in str(getattr(error, "code", ""))
 
@@ -31,7 +26,7 @@ def _is_out_of_memory(error):
 class GpuMemory:
     def __init__(self, capacity, align, device):
         self.device = device
-        size = _padded_size(capacity, align)
+        size = L.allocation_bytes(capacity, align)
         try:
             with self._context():
                 context = cuda.current_context()
@@ -47,6 +42,8 @@ class GpuMemory:
         with self._context():
             base = self._mem.device_ctypes_pointer.value
             self._header_offset = L.header_offset(base, align)
+            end = self._header_offset + L.HEADER_BYTES + capacity
+            assert end <= size, (base, size, end)  # (layout.allocation_bytes)
             self.header_address = base + self._header_offset
             self.record = cuda.mapped_array(L.RECORD_WORDS, np.int64)
             self.record[:] = 0

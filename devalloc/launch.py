@@ -10,8 +10,8 @@ and generates a wrapper kernel around it::
         slot = resolve_slot(hdr, slot, replayed)  # a replayed launch's slot is on the device
         warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
         user(make_arena(header, ..., warp, state), a, b)  # the user's code, given an Arena value
-        leave_block(hdr, state, slot, seq, align)  # the block's last thread flushes its
-                                                   # counts and hands back its slab's tail
+        leave_block(hdr, state, slot, seq, align)  # at a barrier; the block's first thread
+                                                   # flushes its counts, hands back its tail
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba
@@ -33,7 +33,7 @@ from .allocator import enter_block, leave_block, resolve_slot
 from .arena import Arena
 from .backend import SIMULATOR, arena_maker, array_at, device_function, jit_kernel
 from .errors import DevallocError
-from .numba_compat import compiling_for
+from .numba_compat import compiling_for, direct_launch
 
 __all__ = ["Kernel", "kernel"]
 
@@ -259,7 +259,8 @@ class _Launcher:
                 f"(got {type(arena).__name__})"
             )
         dispatcher = self._kernel.dispatcher(*arena._kernel_key)
-        launch = self._configured[arena._kernel_key] = dispatcher[(self._griddim, *self._rest)]
+        launch = direct_launch(dispatcher[(self._griddim, *self._rest)])
+        self._configured[arena._kernel_key] = launch
         return launch
 
 

@@ -40,6 +40,15 @@ def header_offset(base_address, align):
     return data - HEADER_BYTES - base_address
 
 
+def allocation_bytes(capacity, align):
+    """The device allocation an arena of `capacity` bytes needs: header, data and
+    the padding before them, up to `data_boundary(align) - 1` bytes wherever the
+    allocation starts (a bug fixed 2026-12-01: 256 bytes short of a boundary
+    were once counted as 0, so an arena whose allocation did not start on a
+    4 KiB boundary reached up to 3840 bytes past its end)."""
+    return HEADER_BYTES + capacity + data_boundary(align) - 1
+
+
 # -- header words (int64) ---------------------------------------------------------
 SLOT_WORDS = 4
 CURSOR = 0  # bytes taken from the data region by this slot (passes capacity only
@@ -93,15 +102,15 @@ FULL_MASK = 0xFFFFFFFF  # every lane of a warp
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
 MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
-BLOCK_LIVE = MAX_WARPS + 1  # threads of this block still running
-BLOCK_SLAB = MAX_WARPS + 2  # the block's slab, from which its warps' slabs are carved
-BLOCK_FAILED = MAX_WARPS + 3  # failed allocations of this block, flushed at block exit
-BLOCK_ASKED = MAX_WARPS + 4  # the largest of them, bytes
+BLOCK_LIVE = MAX_WARPS  # threads of this block still running (an int32: the low half)
+BLOCK_SLAB = MAX_WARPS + 1  # the block's slab, from which its warps' slabs are carved
+BLOCK_FAILED = MAX_WARPS + 2  # failed allocations of this block, flushed at block exit
+BLOCK_ASKED = MAX_WARPS + 3  # the largest of them, bytes
 # Slabs are sized from demand: a slab is as large as what its holder has taken so
 # far (at least the request, at most the launch's slab size), so what a block or
 # a warp leaves unused in its last slab is at most what it used.
-BLOCK_TAKEN = MAX_WARPS + 5  # granules this block has taken from the arena in slabs
-WARP_TAKEN = MAX_WARPS + 6  # words WARP_TAKEN + w: granules warp w has taken in slabs
+BLOCK_TAKEN = MAX_WARPS + 4  # granules this block has taken from the arena in slabs
+WARP_TAKEN = MAX_WARPS + 5  # words WARP_TAKEN + w: granules warp w has taken in slabs
 WARP_COUNTS = WARP_TAKEN + MAX_WARPS  # words WARP_COUNTS + w: warp w's two int32 counters
 BLOCK_WORDS = WARP_COUNTS + MAX_WARPS
 MAX_BLOCK_THREADS = MAX_WARPS * 32

@@ -17,6 +17,9 @@ this module, never from numba's internals.
   memory, raw host/device copies, the deferred-deallocation queue. Checked: 0.30.4.
 - The simulator's device array, for views of simulated arena memory
   (`simulator.host_memory`). Checked: 0.30.4.
+- A launch made without the per-call parts of Numba's own (`direct_launch`):
+  the dispatcher's typing entry point, the kernel's argument preparation and
+  cuda.core's launch. Checked: 0.30.4 (cuda-core 1.2).
 """
 
 from contextlib import contextmanager
@@ -25,7 +28,7 @@ from numba import config
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
-__all__ = ["SIMULATOR", "compiling_for"]
+__all__ = ["SIMULATOR", "compiling_for", "direct_launch"]
 
 if SIMULATOR:
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -126,3 +129,97 @@ def compiling_for(cc):
             yield
         finally:
             numba_dispatcher.get_current_device = original
+
+
+class _DirectLaunch:
+    """`configured` (``dispatcher[grid, block, stream, shared]``) called as
+    ``launch(handle, *args)``, `handle` an int64 first argument: the same launch
+    as ``configured(handle, *args)``, with the per-call work of Numba's launch
+    path that cannot change between calls done once. Numba builds a cuda.core
+    ``LaunchConfig`` (about 0.6 us) and a ctypes scalar for each integer (0.2
+    us) on every launch; here the config is built once and the handle passed as
+    the Python int cuda.core takes for a 64-bit argument. The argument types are
+    still dispatched on each call (Numba's C fast path), and the other arguments
+    prepared by Numba. Anything off the common path (a debug or cooperative
+    kernel, argument extensions, launch-config-sensitive kernels, pre-launch
+    callbacks) takes Numba's own launch.
+
+    Checked against numba-cuda 0.30.4 (``Dispatcher.call``, ``_Kernel.launch``).
+    """
+
+    __slots__ = ("_config", "_configured", "_dispatcher", "_stream")
+
+    def __init__(self, configured):
+        self._configured = configured
+        self._dispatcher = configured.dispatcher
+        self._stream = configured.stream
+        self._config = _launch_config(configured.griddim, configured.blockdim, configured.sharedmem)
+
+    def __call__(self, handle, *args):
+        configured = self._configured
+        dispatcher = self._dispatcher
+        if dispatcher._launch_config_sensitive or dispatcher.specialized:
+            return configured(handle, *args)
+        every = (handle, *args)
+        previous = _numba_dispatcher._dispatcher.swap_current_launch_args(every)
+        try:
+            kernel = _numba_dispatcher._dispatcher.Dispatcher._cuda_call(
+                dispatcher, *every, **{_numba_dispatcher._LAUNCH_CONFIG_KW: configured}
+            )
+            if (
+                kernel.debug
+                or kernel.cooperative
+                or kernel.extensions
+                or getattr(kernel, "launch_config_sensitive", False)
+                or configured.pre_launch_callbacks
+            ):
+                dispatcher._update_launch_config_sensitivity(kernel, configured)
+                for callback in configured.pre_launch_callbacks:
+                    callback(kernel, configured)
+                return kernel.launch(
+                    every,
+                    configured.griddim,
+                    configured.blockdim,
+                    self._stream,
+                    configured.sharedmem,
+                )
+            stream = self._stream
+            retr = []
+            kernelargs = [handle]
+            prepare = kernel._prepare_args
+            for argtype, value in zip(kernel.argument_types[1:], args):
+                prepare(argtype, value, stream, retr, kernelargs)
+            _core_launch(stream, self._config, kernel._codelibrary.get_cufunc().kernel, *kernelargs)
+            for write_back in retr:
+                write_back()
+        finally:
+            _numba_dispatcher._dispatcher.swap_current_launch_args(previous)
+
+
+def _launch_config(griddim, blockdim, sharedmem):
+    from numba.cuda._compat import CUDA_CORE_GE_1_0
+
+    cooperative = "is_cooperative" if CUDA_CORE_GE_1_0 else "cooperative_launch"
+    return _LaunchConfig(grid=griddim, block=blockdim, shmem_size=sharedmem, **{cooperative: False})
+
+
+def direct_launch(configured):
+    """`_DirectLaunch` of `configured`, or `configured` itself where the numba-cuda
+    installed is not one this was checked against."""
+    if not _DIRECT_LAUNCH:
+        return configured
+    return _DirectLaunch(configured)
+
+
+_DIRECT_LAUNCH = False  # the simulator launches through Numba's own path
+if not SIMULATOR:
+    try:
+        from cuda.core import LaunchConfig as _LaunchConfig
+        from cuda.core import launch as _core_launch
+        from numba.cuda import dispatcher as _numba_dispatcher
+
+        _DIRECT_LAUNCH = all(
+            hasattr(_numba_dispatcher, name) for name in ("_dispatcher", "_LAUNCH_CONFIG_KW")
+        ) and hasattr(_numba_dispatcher._dispatcher, "swap_current_launch_args")
+    except ImportError:  # another numba-cuda or cuda.core: Numba's own launch path
+        _DIRECT_LAUNCH = False

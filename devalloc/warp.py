@@ -7,7 +7,15 @@ from numba import cuda
 from .device_memory import device_function
 from .layout import FULL_MASK
 
-__all__ = ["activemask", "ballot_sync", "lanemask_lt", "pause", "shfl_sync", "shfl_up_sync"]
+__all__ = [
+    "activemask",
+    "ballot_sync",
+    "lanemask_lt",
+    "pause",
+    "shfl_sync",
+    "shfl_up_sync",
+    "syncwarp",
+]
 
 # Numba types these only as attributes of the cuda module; thin inlined
 # device functions give the allocator names it can import.
@@ -29,6 +37,11 @@ def ballot_sync(mask, predicate):
 @device_function
 def lanemask_lt():
     return cuda.lanemask_lt()
+
+
+@device_function
+def syncwarp(mask):
+    cuda.syncwarp(mask)
 
 
 @device_function

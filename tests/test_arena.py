@@ -300,3 +300,22 @@ def test_several_arenas_coexist():
         np.testing.assert_array_equal(in_a, in_a_again)
         assert a.stats().total_allocs == 64 and b.stats().total_allocs == 32
         assert (in_b >= 0).all()
+
+
+@pytest.mark.parametrize("align", [16, 256, 4096, 8192, 1 << 16])
+@pytest.mark.parametrize("capacity", [16, 512, 4096, 100_000])
+def test_the_arena_fits_its_allocation_wherever_that_starts(align, capacity):
+    """Header and data region, with the header 256-byte aligned (the launch
+    handle keeps its low 8 bits) and the data on `align`, inside the one device
+    allocation for every address CUDA may return (256-byte aligned; any 16-byte
+    address for the simulator's buffers). Found on the H200: the padding was
+    once 256 bytes short of a 4 KiB boundary counted as none, and a small arena
+    whose allocation did not start on 4 KiB reached past its end."""
+    from devalloc import layout as L
+
+    size = L.allocation_bytes(capacity, align)
+    for base in range(1 << 20, (1 << 20) + 2 * L.data_boundary(align), 16):
+        header = base + L.header_offset(base, align)
+        data = header + L.HEADER_BYTES
+        assert header % 256 == 0 and data % align == 0
+        assert base <= header and data + capacity <= base + size, (base, size)

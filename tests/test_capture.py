@@ -244,3 +244,88 @@ def test_another_threads_launch_waits_for_the_capture_and_runs_eagerly():
         assert graph.launches == 1
         assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
         assert (offsets.copy_to_host() == POISON).all()  # recorded, not run
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_another_threads_default_stream_work_neither_waits_for_nor_breaks_a_capture():
+    """The capture's own stream does not wait for the legacy default stream: a
+    plain kernel another thread launches there meanwhile runs at once, and the
+    capture (which CUDA would invalidate on a blocking stream) still records."""
+    import threading
+
+    value, offsets, counted = cuda.to_device(np.array([5])), poison(), cuda.to_device(np.array([7]))
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, value, offsets)
+        count_up[1, 1](counted)
+        cuda.synchronize()
+
+        def other():
+            count_up[1, 1](counted)
+            cuda.default_stream().synchronize()
+
+        with arena.capture() as graph:
+            put[1, 32](arena, value, offsets)
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join(timeout=30)
+            assert not thread.is_alive()
+        assert counted.copy_to_host()[0] == 9  # ran during the capture, not recorded
+        offsets.copy_to_device(POISON)
+        graph.replay()
+        graph.replay()
+        arena.check()
+    assert counted.copy_to_host()[0] == 9
+    assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_a_capture_that_fails_to_start_leaves_no_capture_open():
+    """If the graph's first node cannot be recorded, the CUDA capture is ended
+    before the error reaches the user: allocations, which CUDA refuses while
+    this thread captures, work right after."""
+    from cuda.bindings import driver as cu
+
+    from devalloc.cuda_graphs import Recording, stream_handle
+
+    class Refused(Exception):
+        pass
+
+    class FailingFirstNode:
+        def __getitem__(self, config):
+            def launch(*args):
+                raise Refused
+
+            return launch
+
+    stream = cuda.stream()
+    with pytest.raises(Refused):
+        Recording(stream, FailingFirstNode(), 0)
+    error, status = cu.cuStreamIsCapturing(stream_handle(stream))
+    assert error == cu.CUresult.CUDA_SUCCESS
+    assert status == cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    assert (cuda.to_device(POISON).copy_to_host() == POISON).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_closing_a_graph_keeps_a_stream_the_user_gave():
+    value, offsets, out = cuda.to_device(np.array([2])), poison(), poison()
+    mine = cuda.stream()
+    with devalloc.Arena(1 << 16) as arena:
+        with arena.capture(stream=mine) as given:
+            put[1, 32](arena, value, offsets)
+        with arena.capture() as own:
+            get[1, 32](arena, offsets, out)
+        assert given.stream is mine and own.stream is not mine
+        given.replay()
+        given.close()
+        own.close()
+        own.close()  # twice is fine
+        count_up[1, 1, mine](value)  # the user's stream lives on
+        mine.synchronize()
+        with pytest.raises(devalloc.DevallocError, match="closed"):
+            own.replay()
+    assert value.copy_to_host()[0] == 3
+    assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))

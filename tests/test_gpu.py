@@ -406,3 +406,53 @@ def test_a_plain_kernel_given_an_arena_is_told_what_to_do():
 
     with devalloc.Arena(4096) as arena, pytest.raises(TypeError, match=r"@devalloc\.kernel"):
         plain[1, 1](arena, cuda.device_array(1, np.int64))
+
+
+@devalloc.kernel
+def mixed_arguments(arena, scale, shift, small, pair, out, host):
+    """Every kind of argument a launch prepares: floats, a narrow int, a tuple,
+    a device array and a host array (copied in, and back after the launch)."""
+    t = cuda.grid(1)
+    buf = arena.alloc(2, np.float64)
+    buf[0] = t * scale + shift
+    buf[1] = small + pair[0] * pair[1]
+    out[t] = buf[0] + buf[1]
+    host[t] = host[t] * 2 + t
+
+
+@devalloc.kernel(debug=True, opt=False)
+def checked(arena, out):
+    t = cuda.grid(1)
+    buf = arena.alloc(1, np.int64)
+    buf[0] = t + 7
+    out[t] = buf[0]
+
+
+def test_a_launch_prepares_every_kind_of_argument_as_numba_does():
+    """devalloc launches through its own direct path (a cached launch config, the
+    handle passed as is): floats, narrow ints, tuples and host arrays still
+    arrive as a plain Numba launch would pass them, and a host array is copied
+    back after the launch."""
+    from devalloc.numba_compat import _DIRECT_LAUNCH, _DirectLaunch
+
+    out = cuda.to_device(np.full(64, -1.0))
+    host = np.arange(64, dtype=np.int64) + 100
+    with devalloc.Arena(1 << 16) as arena:
+        mixed_arguments[2, 32](arena, 0.5, -3.25, np.int16(-4), (3, 5), out, host)
+        arena.check()
+        assert not _DIRECT_LAUNCH or isinstance(
+            mixed_arguments[2, 32]._configured[arena._kernel_key], _DirectLaunch
+        )
+    t = np.arange(64)
+    np.testing.assert_array_equal(out.copy_to_host(), t * 0.5 - 3.25 + (-4 + 15))
+    np.testing.assert_array_equal(host, (t + 100) * 2 + t)
+
+
+def test_a_debug_kernel_takes_numbas_own_launch_and_works():
+    out = cuda.to_device(np.full(32, -1, np.int64))
+    with devalloc.Arena(1 << 16) as arena:
+        checked[1, 32](arena, out)
+        checked[1, 32](arena, out)
+        stats = arena.stats()
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)
+    assert stats.launches == 2 and stats.total_allocs == 64

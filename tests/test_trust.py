@@ -439,3 +439,41 @@ def test_a_plain_kernel_given_an_arena_says_what_to_do(strategy):
     with devalloc.Arena(4096, strategy=strategy) as arena:
         with pytest.raises(TypeError, match=r"@devalloc\.kernel"):
             plain[1, 1](arena, poisoned(1, np.int64))
+
+
+@devalloc.kernel
+def tiles_after_an_early_return(arena, n, rounds, offsets):
+    """The common shape of a tiled kernel: threads past the end return at once,
+    the others meet at `cuda.syncthreads()` (the threads that returned do not
+    count) and allocate after each."""
+    t = cuda.grid(1)
+    if t >= n:
+        return
+    for r in range(rounds):
+        cuda.syncthreads()
+        buf = arena.alloc(2, np.int64)
+        buf[0] = t
+        buf[1] = r
+        offsets[t, r] = arena.offset(buf)
+
+
+def test_threads_returning_early_before_a_barrier_leave_the_block_intact(strategy):
+    """A block's exit work (its counts, its slab's unused tail handed back) waits
+    for its last thread, not for a barrier the early returners would share with
+    the others' `cuda.syncthreads()`: a frame's next launch then allocates
+    nothing any thread of this one holds, and every allocation is counted."""
+    n, rounds = 40, 3
+    offsets = poisoned((n, rounds), np.int64)
+    after = poisoned((64, 1), np.int64)
+    with devalloc.Arena(1 << 16, strategy=strategy) as arena:
+        with arena.frame():
+            tiles_after_an_early_return[1, 64](arena, n, rounds, offsets)
+            tiles_after_an_early_return[1, 64](arena, 64, 1, after)
+            memory = arena.device_view(0, arena.capacity // 8, np.int64).copy_to_host()
+        stats = arena.stats()
+    assert stats.total_allocs == n * rounds + 64 and stats.failed_allocs == 0
+    first = sorted(offsets.ravel())
+    assert len(set(first)) == n * rounds and not set(first) & set(after.ravel())
+    for t in range(n):
+        for r in range(rounds):
+            assert tuple(memory[offsets[t, r] // 8 : offsets[t, r] // 8 + 2]) == (t, r)

@@ -19,6 +19,7 @@ __all__ = [
     "bytes_at",
     "device_function",
     "int32_words",
+    "leave_add",
     "load_volatile",
     "load_volatile_shared",
     "reduce_add",
@@ -102,3 +103,8 @@ def reduce_add(array, i, value):
 
 def store_volatile_at(address, value):
     array_at(address, 1)[0] = value
+
+
+@device_function
+def leave_add(array, i, value):
+    return cuda.atomic.add(array, i, value)

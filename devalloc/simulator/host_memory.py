@@ -19,7 +19,7 @@ class SimMemory:
             raise ValueError(f"the CUDA simulator has one device, 0 (got device={device!r})")
         self.device = device
         # numpy gives no 256-byte alignment, unlike cudaMalloc: pad for the worst case.
-        size = L.HEADER_BYTES + capacity + L.data_boundary(align)
+        size = L.allocation_bytes(capacity, align)
         try:
             self._buffer = np.zeros(size, np.uint8)
         except MemoryError:

@@ -230,6 +230,11 @@ def ballot_sync(mask, predicate):
     return _collective("ballot", mask, bool(predicate))
 
 
+def syncwarp(mask):
+    """Wait for the lanes of `mask` (a collective like the others)."""
+    _collective("ballot", mask, True)
+
+
 def shfl_sync(mask, value, src_lane):
     return _collective("shfl", mask, (value, int(src_lane) % WARP_SIZE))
 
