@@ -67,6 +67,17 @@ def array_at(address, n):
 _WORDS = {types.int64: ("u64", "l", 64), types.int32: ("u32", "r", 32)}
 
 
+def _word_access(array, index, value=types.int64, dtypes=tuple(_WORDS)):
+    """Whether ``array[index]`` (``= value``) is an access to an int word
+    (one of `dtypes`) that the intrinsics below compile."""
+    return (
+        isinstance(array, types.Array)
+        and array.dtype in dtypes
+        and isinstance(index, types.Integer)
+        and isinstance(value, types.Integer)
+    )
+
+
 def _word_address(context, builder, sig, args, shared):
     """The address of array[index] as PTX wants it: 32 bits in the shared window."""
     pointer = _element_pointer(context, builder, sig, args)
@@ -83,11 +94,7 @@ def _volatile_load(shared):
     or not."""
 
     def load(typingctx, array, index):
-        if not (
-            isinstance(array, types.Array)
-            and array.dtype in _WORDS
-            and isinstance(index, types.Integer)
-        ):
+        if not _word_access(array, index):
             return None
         suffix, letter, bits = _WORDS[array.dtype]
 
@@ -120,12 +127,7 @@ def store_volatile_shared(typingctx, array, index, value):
     """array[index] = value (int64 or int32) in shared memory, in program order
     with the volatile loads (PTX ``st.volatile.shared``): for a word only one
     thread writes at a time."""
-    if not (
-        isinstance(array, types.Array)
-        and array.dtype in _WORDS
-        and isinstance(index, types.Integer)
-        and isinstance(value, types.Integer)
-    ):
+    if not _word_access(array, index, value):
         return None
     suffix, letter, bits = _WORDS[array.dtype]
 
@@ -168,12 +170,7 @@ def leave_add(typingctx, array, index, value):
     with acquire-release order at block scope (PTX ``atom.acq_rel.cta.shared``):
     what this thread wrote before is visible to the thread that sees the sum it
     left, and that thread sees what the earlier adders wrote."""
-    if not (
-        isinstance(array, types.Array)
-        and array.dtype == types.int32
-        and isinstance(index, types.Integer)
-        and isinstance(value, types.Integer)
-    ):
+    if not _word_access(array, index, value, (types.int32,)):
         return None
 
     def codegen(context, builder, sig, args):
@@ -227,12 +224,7 @@ def _element_pointer(context, builder, sig, args):
 def reduce_add(typingctx, array, index, value):
     """array[index] += value as a fire-and-forget reduction (PTX ``red``): the
     thread does not wait for it, unlike an atomic whose old value is asked."""
-    if not (
-        isinstance(array, types.Array)
-        and array.dtype == types.int64
-        and isinstance(index, types.Integer)
-        and isinstance(value, types.Integer)
-    ):
+    if not _word_access(array, index, value, (types.int64,)):
         return None
 
     def codegen(context, builder, sig, args):
