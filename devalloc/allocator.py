@@ -186,9 +186,9 @@ def leave_block(hdr, state, slot, seq, align):
     syncwarp(mask)  # the other lanes' counts, before the leader publishes them
     if cuda.laneid == cuda.ffs(mask) - 1:
         lanes = cuda.popc(mask)
-        if leave_add(int32_words(state), 2 * L.BLOCK_LIVE, -lanes) == lanes:
+        counts = int32_words(state)
+        if leave_add(counts, 2 * L.BLOCK_LIVE, -lanes) == lanes:
             hand_back_tail(hdr, slot, state[L.BLOCK_SLAB], align >> 4)
-            counts = int32_words(state)
             allocs = 0
             granules = 0
             for warp in range((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5):

@@ -36,47 +36,29 @@ from .numba_compat import SIMULATOR
 # which takes its device functions and warp primitives from this module while it
 # is still being imported.
 if SIMULATOR:
-    from .simulator.device_memory import (
-        array_at,
-        device_function,
-        int32_words,
-        leave_add,
-        load_volatile,
-        load_volatile_shared,
-        reduce_add,
-        store_volatile_at,
-        store_volatile_shared,
-    )
-    from .simulator.warp import (
-        activemask,
-        ballot_sync,
-        lanemask_lt,
-        pause,
-        shfl_sync,
-        shfl_up_sync,
-        syncwarp,
-    )
+    from .simulator import device_memory as _device_memory
+    from .simulator import warp as _warp
 else:
-    from .device_memory import (
-        array_at,
-        device_function,
-        int32_words,
-        leave_add,
-        load_volatile,
-        load_volatile_shared,
-        reduce_add,
-        store_volatile_at,
-        store_volatile_shared,
-    )
-    from .warp import (
-        activemask,
-        ballot_sync,
-        lanemask_lt,
-        pause,
-        shfl_sync,
-        shfl_up_sync,
-        syncwarp,
-    )
+    from . import device_memory as _device_memory
+    from . import warp as _warp
+
+array_at = _device_memory.array_at
+device_function = _device_memory.device_function
+int32_words = _device_memory.int32_words
+leave_add = _device_memory.leave_add
+load_volatile = _device_memory.load_volatile
+load_volatile_shared = _device_memory.load_volatile_shared
+reduce_add = _device_memory.reduce_add
+store_volatile_at = _device_memory.store_volatile_at
+store_volatile_shared = _device_memory.store_volatile_shared
+
+activemask = _warp.activemask
+ballot_sync = _warp.ballot_sync
+lanemask_lt = _warp.lanemask_lt
+pause = _warp.pause
+shfl_sync = _warp.shfl_sync
+shfl_up_sync = _warp.shfl_up_sync
+syncwarp = _warp.syncwarp
 
 if SIMULATOR:
     from .simulator.cuda_graphs import Recording

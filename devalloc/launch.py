@@ -10,8 +10,8 @@ and generates a wrapper kernel around it::
         slot = resolve_slot(hdr, slot, replayed)  # a replayed launch's slot is on the device
         warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
         user(make_arena(header, ..., warp, state), a, b)  # the user's code, given an Arena value
-        leave_block(hdr, state, slot, seq, align)  # at a barrier; the block's first thread
-                                                   # flushes its counts, hands back its tail
+        leave_block(hdr, state, slot, seq, align)  # the block's last thread flushes its
+                                                   # counts and hands back its slab's tail
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba

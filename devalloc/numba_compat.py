@@ -204,8 +204,8 @@ def _launch_config(griddim, blockdim, sharedmem):
 
 
 def direct_launch(configured):
-    """`_DirectLaunch` of `configured`, or `configured` itself where the numba-cuda
-    installed is not one this was checked against."""
+    """`_DirectLaunch` of `configured`, or `configured` itself on the simulator and
+    where the numba-cuda installed lacks the internals `_DirectLaunch` uses."""
     if not _DIRECT_LAUNCH:
         return configured
     return _DirectLaunch(configured)
