@@ -5,7 +5,7 @@
 #   device run:  bash benchmarks/h200.sh                        (carry: [".whl"])
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT/all"
-stages=${*:-tests bench pipeline pytest-bench memcheck}
+stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
 # tests: the GPU suite (marker gpu). suite: every test, the simulator's too, run on
 # the GPU. memcheck/racecheck/synccheck: compute-sanitizer over the GPU suite (memcheck)
 # and over the small-launch tests (racecheck and synccheck track every shared access;
@@ -39,6 +39,9 @@ for stage in $stages; do
         cp "$OUT/all/allocators.json" "$OUT/" ;;
     pipeline) timeout 180 python3 examples/frame_pipeline.py --benchmark --frames 200 --out "$OUT/all/pipeline" \
         2>&1 | tee "$OUT/pipeline.log" | tail -16; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;
+    host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
+        --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/host-pools.log" | tail -14
+        cp "$OUT/all/host-pools.json" "$OUT/" ;;
     pytest-bench)  # the regression gate: medians against the last accepted run
         # (benchmarks/results/pytest-benchmark); this run is saved beside it, and
         # committing $OUT's copy of that folder makes it the next baseline.

@@ -8,8 +8,9 @@ synchronizing.
 
 Where things are:
 
-host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, stats,
-               close), capture.py (capture and replay), host_memory.py (an
+host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, frame
+               arrays, stats, resize, close), sizing.py (Arena.run: an arena
+               that sizes itself), capture.py (capture and replay), host_memory.py (an
                arena's bytes on the GPU), cuda_graphs.py (the driver calls of
                CUDA graphs, a Graph's recording), stats.py, errors.py
 device side    allocator.py (bump and warp-slab allocation, block bookkeeping),
@@ -19,6 +20,8 @@ Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
                internals)
 shared         layout.py (header words, handle bits, block state, strategies)
 the switch     backend.py: the GPU's modules above or their simulator twins
+allocators/    numba.py: a Numba memory manager (every cuda.device_array from a
+               cudaMallocAsync pool)
 simulator/     the twins, module for module, for Numba's CUDA simulator:
                device_memory.py, warp.py, numba_arena.py, launch.py,
                host_memory.py, cuda_graphs.py
@@ -30,11 +33,15 @@ from .errors import (
     ArenaClosedError,
     ArenaOverflowError,
     ArenaOverflowWarning,
+    CudaError,
     DevallocError,
     DeviceMemoryError,
+    MemoryManagerError,
     NoGpuError,
+    PoolMemoryError,
 )
 from .launch import Kernel, kernel
+from .sizing import Sizing
 from .stats import ArenaStats
 
 __version__ = "0.1.0"
@@ -46,10 +53,14 @@ __all__ = [
     "ArenaOverflowError",
     "ArenaOverflowWarning",
     "ArenaStats",
+    "CudaError",
     "DevallocError",
     "DeviceMemoryError",
     "Graph",
     "Kernel",
+    "MemoryManagerError",
     "NoGpuError",
+    "PoolMemoryError",
+    "Sizing",
     "kernel",
 ]

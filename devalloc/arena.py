@@ -12,6 +12,21 @@ and at every synchronization the library makes. On a change it waits for the
 arena's launches, reads the counts, clears them and raises `ArenaOverflowError`
 once. An arena dropped without `close()` says so as an `ArenaOverflowWarning`.
 
+Frame arrays (`Arena.empty`) are taken by the host from the top of the data
+region, down, while kernels allocate from the bottom, up to the header's LIMIT
+word, which the host sets in stream order (one stream write, only when it
+changes) to where the frame arrays begin::
+
+    data: [ in-kernel allocations ->   ...free...   | <- frame arrays ]
+          0                                         ^ LIMIT            capacity
+
+Once a frame's kernels have been launched, they may have allocated up to its
+LIMIT, so the frame arrays asked for after that must fit above it: a frame sets
+aside at its start as much as any earlier frame's arrays took. A frame that
+asks for more than that waits for its launches to see how far they went (once:
+the next frames set aside enough). A capture needs no reserve: nothing it
+records runs before its arrays are known.
+
 One lock per arena orders its host threads: a launch takes it for as long as
 its handle is made and queued; a frame holds it from entry to exit, so the
 frame belongs to its thread and the others' launches, resets and frames wait.
@@ -29,6 +44,7 @@ import numpy as np
 from . import layout as L
 from .backend import SIMULATOR, Memory
 from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
+from .sizing import Sizing, run_sized
 from .stats import ArenaStats
 
 __all__ = ["STRATEGIES", "Arena"]
@@ -200,6 +216,7 @@ class _Frame:
             arena._lock.release()
             raise
         arena._in_frame = True
+        arena._limit = arena._capacity - arena._reserve
         return arena
 
     def __exit__(self, exc_type, exc, traceback):
@@ -208,6 +225,7 @@ class _Frame:
             arena._in_frame = False
             if not arena._closed:
                 arena._clear_live_region()
+                arena._limit = arena._capacity
                 if self._check and exc_type is None:
                     arena._report_failures()
         finally:
@@ -232,6 +250,9 @@ class Arena:
         together, exact accounting.
     device : int, optional
         The GPU to reserve on; the current device when omitted.
+    sizing : Sizing, optional
+        How `run` sizes the arena (default: ``Sizing()``, 1.5 times the peak of
+        the first 3 frames, doubled when a frame overflows).
 
     Raises
     ------
@@ -251,7 +272,7 @@ class Arena:
     ...     kernel[blocks, threads](arena, image, out)
     """
 
-    def __init__(self, nbytes, *, align=256, strategy="warp_slab", device=None):
+    def __init__(self, nbytes, *, align=256, strategy="warp_slab", device=None, sizing=None):
         nbytes = _positive_int(nbytes, "nbytes")
         align = _positive_int(align, "align")
         if align & (align - 1) or not MIN_ALIGN <= align <= MAX_ALIGN:
@@ -269,41 +290,65 @@ class Arena:
         capacity = (nbytes + L.GRANULE - 1) & -L.GRANULE
         release_dropped()  # before reserving: their memory may be what this one needs
 
-        self._capacity = capacity
         self._align = align
         self._strategy = strategy
-        self._memory = Memory(capacity, align, device)  # DeviceMemoryError if it cannot
-        if self._memory.header_address & ~L.ADDRESS_MASK:
-            self._memory.free()
-            raise DevallocError(
-                f"device address {self._memory.header_address:#x} does not fit the launch handle"
-            )
-        header = np.zeros(L.HEADER_WORDS, np.int64)
-        header[L.CAPACITY] = capacity
-        header[L.FAIL_RECORD] = self._memory.record_address
-        header[L.PENDING_ASKED] = L.NOTHING_ASKED
-        header[L.LIVE_SLOT] = 1  # as if the latest launch had used slot 1: the first uses 0
-        self._memory.write_header(header)
-
-        self._reports = _Reports(self._memory, capacity)
-        self._release = weakref.finalize(self, _queue_dropped, self._reports)
-        self._release.atexit = False  # _at_exit takes care of it
-        _open_arenas.add(self)
-        _register_exit()
-        self._lock = threading.RLock()
-        self._header_address = self._memory.header_address
         self._kernel_key = (strategy, align)  # which compiled wrapper a kernel launches
-        # slot (0, 1, or REPLAYED) -> warps in the grid -> the launch handle, but its
-        # sequence number (see _handle_for)
-        self._handles = {0: {}, 1: {}, L.REPLAYED: {}}
+        self._lock = threading.RLock()
         self._closed = False
-        self._slot = 0
-        self._dirty = False  # the live slot has seen a launch since it was cleared
         self._in_frame = False
         self._capture = None  # the Graph being recorded, while arena.capture() is open
         self._seq = 0
         self._launches = 0
         self._resets = 0
+        self._device_mallocs = 0
+        self._moves = 0  # resizes: a Graph captured before one refuses to replay
+        self._sizing = Sizing()
+        if sizing is not None:
+            self.sizing = sizing
+        self._measured = 0  # frames `run` measured at this size, before it settles
+        self._settled = False
+        self._reserve = 0  # the most a frame's arrays took: set aside at a frame's start
+        self._peak_arrays = 0  # the most a frame's or a capture's arrays took
+        self._array_specs = {}  # (shape, dtype) -> (dims, strides, dtype, bytes)
+        self._occupy(capacity, device, stream=0)  # DeviceMemoryError if it cannot
+        _open_arenas.add(self)
+        _register_exit()
+
+    def _occupy(self, capacity, device, stream, totals=(0, 0)):
+        """Reserve an arena of `capacity` bytes and start it empty, its total
+        allocation and failure counts `totals`."""
+        memory = Memory(capacity, self._align, device)
+        if memory.header_address & ~L.ADDRESS_MASK:
+            memory.free()
+            raise DevallocError(
+                f"device address {memory.header_address:#x} does not fit the launch handle"
+            )
+        header = np.zeros(L.HEADER_WORDS, np.int64)
+        header[L.CAPACITY] = capacity
+        header[L.LIMIT] = capacity
+        header[L.FAIL_RECORD] = memory.record_address
+        header[L.PENDING_ASKED] = L.NOTHING_ASKED
+        header[L.LIVE_SLOT] = 1  # as if the latest launch had used slot 1: the first uses 0
+        header[L.TOTAL_ALLOCS], header[L.TOTAL_FAILED] = totals
+        memory.write_header(header)
+
+        self._memory = memory
+        self._capacity = capacity
+        self._device_mallocs += 1
+        self._reports = _Reports(memory, capacity)
+        self._reports.stream = stream
+        self._release = weakref.finalize(self, _queue_dropped, self._reports)
+        self._release.atexit = False  # _at_exit takes care of it
+        self._header_address = memory.header_address
+        # slot (0, 1, or REPLAYED) -> warps in the grid -> the launch handle, but its
+        # sequence number (see _handle_for)
+        self._handles = {0: {}, 1: {}, L.REPLAYED: {}}
+        self._slot = 0
+        self._dirty = False  # the live slot has seen a launch since it was cleared
+        # Frame arrays: the top of the data region, from `_top` up (see the module's notes).
+        self._top = capacity
+        self._limit = capacity  # LIMIT for the next launch
+        self._limit_set = capacity  # LIMIT on the device, in stream order
 
     # -- properties ------------------------------------------------------------------
 
@@ -382,6 +427,8 @@ class Arena:
             stream = launcher._stream
             if stream is not reports.stream and stream != reports.stream:
                 self._move_to(stream)
+            if self._limit != self._limit_set:
+                self._set_limit(self._limit, stream)
             handle = self._handle_for(launcher._warps, self._slot, reports.names, launcher._name)
             try:
                 launch(handle, *args)
@@ -443,6 +490,11 @@ class Arena:
         with self._lock:
             if self._closed:
                 raise ArenaClosedError("cannot replay a graph of a closed arena")
+            if graph._moves != self._moves:
+                raise DevallocError(
+                    "this graph was captured before arena.resize() moved the arena: its "
+                    "launches would use the old memory. Capture the frame again."
+                )
             if self._in_frame or self._capture is not None:
                 raise DevallocError(
                     "a replay is a frame of its own: replay outside arena.frame() and "
@@ -453,11 +505,17 @@ class Arena:
                 self._report_failures(not_launched=f"a replay of {graph!r}")
             if stream is not reports.stream and stream != reports.stream:
                 self._move_to(stream)
+            if graph._limit != self._limit_set:
+                self._set_limit(graph._limit, stream)
             reports.names.update(graph._names)
             graph._recording.launch(stream)
             # Outside a frame, as a replay always is, this takes the slot the next
             # launch would have had: the one the replay used (see capture.py).
             self._end_launch(graph.launches)
+
+    def _set_limit(self, limit, stream):
+        self._memory.set_limit(limit, stream)
+        self._limit_set = limit
 
     def _clear_live_region(self):
         # The next launch allocates from the other slot, which the launch just
@@ -466,6 +524,15 @@ class Arena:
             self._slot ^= 1
             self._dirty = False
             self._resets += 1
+        self._release_frame_arrays()
+
+    def _release_frame_arrays(self, learn=True):
+        taken = self._capacity - self._top
+        if taken:
+            self._peak_arrays = max(self._peak_arrays, taken)
+            if learn:
+                self._reserve = max(self._reserve, taken)
+            self._top = self._capacity
 
     # -- failure reports ---------------------------------------------------------------
 
@@ -561,6 +628,102 @@ class Arena:
             self._require_open()
             return self._memory.device_array(offset, dims, strides, dtype)
 
+    def empty(self, shape, dtype, *, stream=None):
+        """A device array from the arena, for the rest of the frame: no CUDA call.
+
+        Inside ``arena.frame()`` (or ``arena.capture()``) only; valid until the
+        frame exits (for a capture: the same memory at every replay). Aligned
+        as in-kernel allocations are (to `align` if at least `align` bytes,
+        else to 16), never overlapping them. The array is bound to the arena's
+        stream (`stream`, if given, after the arena's earlier work): any Numba
+        kernel takes it, and CuPy and PyTorch read it without a copy through
+        ``__cuda_array_interface__``.
+
+        Raises
+        ------
+        ArenaOverflowError
+            The arena has no room left for it (nothing is taken).
+        """
+        try:
+            dims, strides, dtype, nbytes = self._array_specs[shape, dtype]
+        except (KeyError, TypeError):  # (TypeError: an unhashable shape, refused below)
+            dims, strides, dtype, nbytes = self._array_spec(shape, dtype)
+        lock = self._lock  # (acquire and release: half the cost of a with statement)
+        lock.acquire()
+        try:
+            if self._closed:
+                raise ArenaClosedError("this arena is closed")
+            if not self._in_frame and self._capture is None:
+                raise DevallocError(
+                    "arena.empty() gives memory for the rest of a frame: call it inside "
+                    "`with arena.frame():` or `with arena.capture():`"
+                )
+            reports = self._reports
+            bound = reports.stream
+            if self._capture is not None:  # the graph's arrays: on the graph's stream
+                bound = self._capture.stream
+                if stream is not None and stream is not bound:
+                    raise DevallocError(
+                        "inside arena.capture(), frame arrays are on graph.stream: give "
+                        "no stream (or graph.stream)"
+                    )
+            elif stream is not None and stream is not bound:
+                self._move_to(stream)
+                bound = stream
+            start = self._top
+            if nbytes:
+                start = (start - nbytes) & -(self._align if nbytes >= self._align else L.GRANULE)
+                if start < self._limit:
+                    self._lower_limit(start, shape, dtype, nbytes)
+                self._top = start
+            return self._memory.frame_array(start, dims, strides, dtype, bound)
+        finally:
+            lock.release()
+
+    def zeros(self, shape, dtype, *, stream=None):
+        """`empty`, filled with zeros in stream order (one memset; inside a
+        capture, a node of the graph: zeros at every replay)."""
+        array = self.empty(shape, dtype, stream=stream)
+        with self._lock:
+            if self._capture is not None:
+                self._capture._recording.fill_zeros(self._memory, array)
+            else:
+                self._memory.fill_zeros(array, self._reports.stream)
+        return array
+
+    def _array_spec(self, shape, dtype):
+        dims = _dims(shape)
+        spec_dtype = _number_dtype(dtype)
+        itemsize = spec_dtype.itemsize
+        strides = tuple(itemsize * math.prod(dims[i + 1 :]) for i in range(len(dims)))
+        spec = (dims, strides, spec_dtype, math.prod(dims) * itemsize)
+        if len(self._array_specs) < 1024:
+            self._array_specs[shape, dtype] = spec
+        return spec
+
+    def _lower_limit(self, start, shape, dtype, nbytes):
+        """Make room for a frame array at `start`, below the LIMIT the frame's
+        launches would have, or raise `ArenaOverflowError`."""
+        if not self._dirty:  # no launch of this frame yet: nothing to collide with
+            if start >= 0:
+                self._limit = start
+                return
+            free = self._top
+        else:
+            free = self._top - self._limit
+        if start >= 0 and self._capture is None:
+            # The frame's launches may have allocated up to the LIMIT: see how far.
+            self._memory.synchronize(self._reports.stream)
+            words = np.empty(L.HEADER_WORDS, np.int64)
+            self._memory.read_header(words)
+            used = int(words[L.slot_base(self._slot) + L.CURSOR])
+            if start >= min(used, self._capacity):
+                self._limit = start
+                return
+            free = self._top - used
+        name = f"arena.empty({shape!r}, {np.dtype(dtype)})"
+        raise ArenaOverflowError(name, self._capacity, nbytes, 1, free=max(free, 0))
+
     def stats(self):
         """Wait for this arena's launches and return an `ArenaStats` snapshot.
 
@@ -583,18 +746,83 @@ class Arena:
                 (int(slot[L.REQUESTED]) + sum(int(words[b + L.SHARD_GRANULES]) for b in bases)) << 4
                 for slot, bases in zip(slots, shards)
             ]
+            arrays = self._capacity - self._top
             return ArenaStats(
                 capacity_bytes=self._capacity,
-                current_bytes=used[self._slot],
-                peak_bytes=max(int(words[L.PEAK]), *used),
+                current_bytes=used[self._slot] + arrays,
+                peak_bytes=max(int(words[L.PEAK]), *used) + max(self._peak_arrays, arrays),
                 total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(allocs),
                 failed_allocs=int(words[L.TOTAL_FAILED]) + sum(int(s[L.FAILED]) for s in slots),
                 resets=self._resets,
                 launches=self._launches,
-                device_mallocs=1,
+                device_mallocs=self._device_mallocs,
                 requested_bytes=requested[self._slot],
                 peak_requested_bytes=max(int(words[L.PEAK_REQUESTED]) << 4, *requested),
+                frame_array_bytes=arrays,
+                peak_frame_array_bytes=max(self._peak_arrays, arrays),
             )
+
+    # -- sizing ------------------------------------------------------------------------
+
+    @property
+    def sizing(self):
+        """How `run` sizes the arena: a `Sizing` (settable)."""
+        return self._sizing
+
+    @sizing.setter
+    def sizing(self, sizing):
+        if not isinstance(sizing, Sizing):
+            raise TypeError(f"sizing must be a devalloc.Sizing (got {type(sizing).__name__})")
+        self._sizing = sizing
+
+    def run(self, frame, /, *args, **kwargs):
+        """Run ``frame(*args, **kwargs)`` as one frame of an arena that sizes itself,
+        and return what it returns.
+
+        The first frames (``sizing.measure`` of them) are measured, and the
+        arena then settles at ``sizing.headroom`` times their peak (frame
+        arrays and in-kernel allocations). A frame that overflows the arena is
+        run again in one ``sizing.growth`` times larger (and at least as large
+        as its largest failed request needs), up to ``sizing.max_nbytes``: so
+        `frame` must be safe to run twice (its inputs intact, its outputs
+        written again). Each move is one `resize`, counted in
+        ``stats().device_mallocs``.
+        """
+        return run_sized(self, frame, args, kwargs)
+
+    def resize(self, nbytes):
+        """Move the arena to a new device allocation of `nbytes` bytes (rounded up
+        to 16), empty, and free the old one.
+
+        Waits for the arena's launches first, and raises a pending
+        `ArenaOverflowError` instead if there is one (nothing changes then).
+        Counts carry over (`total_allocs`, `failed_allocs`, `launches`, `resets`);
+        peaks start again. Views and frame arrays of the old memory keep it alive
+        but are no longer the arena's: kernels allocate over none of it, and
+        none of it is what kernels allocate. A `Graph` captured before refuses
+        to replay: capture the frame again. Outside frames and captures only.
+        """
+        nbytes = _positive_int(nbytes, "nbytes")
+        if nbytes > L.MAX_CAPACITY:
+            raise ValueError(
+                f"nbytes must be at most {L.MAX_CAPACITY} (4 TiB) for one arena (got {nbytes})"
+            )
+        with self._lock:
+            self._require_open()
+            if self._in_frame or self._capture is not None:
+                raise DevallocError("resize the arena outside arena.frame() and arena.capture()")
+            stats = self.stats()  # waits; raises a pending overflow
+            old_reports, old_release = self._reports, self._release
+            release_dropped()
+            self._occupy(
+                (nbytes + L.GRANULE - 1) & -L.GRANULE,
+                self._memory.device,
+                old_reports.stream,
+                (stats.total_allocs, stats.failed_allocs),
+            )
+            self._moves += 1
+            old_release.detach()
+            old_reports.release()
 
     # -- closing -----------------------------------------------------------------------
 

@@ -50,12 +50,20 @@ class Graph:
     elsewhere (``graph.stream`` does not wait for the default stream). On the
     simulator only devalloc kernels are recorded: other work runs at capture
     time.
+
+    Frame arrays made inside the capture (`Arena.empty`) are the graph's: the
+    same memory at every replay, above what its kernels allocate (a replay sets
+    the arena's LIMIT below them). Fill them before a replay, in its stream's
+    order; another frame of the arena may use that memory in between. A graph
+    captured before `Arena.resize` refuses to replay.
     """
 
     def __init__(self, arena, stream=None):
         self._arena = arena
         self._names = {}  # launch sequence residue -> kernel name, for failure reports
         self._launches = 0
+        self._limit = arena.capacity  # LIMIT while it replays: below its frame arrays
+        self._moves = arena._moves  # the arena's resizes: one after this one moved it
         self._recording = Recording(stream, _first_node, arena._memory.header_address)
         self.stream = self._recording.stream
 
@@ -108,12 +116,16 @@ class _Capture:
             arena._lock.release()
             raise
         arena._capture = self._graph
+        arena._limit = arena._capacity  # (no reserve: its arrays are known before it runs)
         return self._graph
 
     def __exit__(self, exc_type, exc, traceback):
         arena = self._arena
         try:
             arena._capture = None
+            self._graph._limit = arena._limit  # its kernels stop below its frame arrays
+            arena._release_frame_arrays(learn=False)
+            arena._limit = arena._capacity
             if exc_type is None:
                 self._graph._recording.finish()
             else:

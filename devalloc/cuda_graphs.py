@@ -14,15 +14,17 @@ from cuda.bindings import driver as cu
 from numba import cuda
 
 from . import layout as L
-from .errors import DevallocError
+from .errors import CudaError, DevallocError
 
-__all__ = ["Recording", "StreamCapture"]
+__all__ = ["Recording", "StreamCapture", "driver_call", "stream_handle"]
 
 
-def _check(result, what):
+def driver_call(result, what):
+    """The values of a cuda.bindings call's `result`; `CudaError` naming `what` and
+    the CUDA status if it failed."""
     error, *values = result if isinstance(result, tuple) else (result,)
     if error != cu.CUresult.CUDA_SUCCESS:
-        raise DevallocError(f"{what} failed: {error.name if hasattr(error, 'name') else error}")
+        raise CudaError(getattr(error, "name", str(error)), what)
     return values[0] if len(values) == 1 else values
 
 
@@ -46,7 +48,7 @@ class StreamCapture:
     def __init__(self, stream=None):
         self._own_stream = None
         if stream is None:
-            self._own_stream = _check(
+            self._own_stream = driver_call(
                 cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
                 "cuStreamCreate",
             )
@@ -65,7 +67,7 @@ class StreamCapture:
         self._deferred = cuda.defer_cleanup()
         self._deferred.__enter__()
         try:
-            _check(cu.cuStreamBeginCapture(self._handle, mode), "cuStreamBeginCapture")
+            driver_call(cu.cuStreamBeginCapture(self._handle, mode), "cuStreamBeginCapture")
         except BaseException:
             self._deferred.__exit__(None, None, None)
             self._destroy_stream()
@@ -75,13 +77,13 @@ class StreamCapture:
     def _end(self):
         self._capturing = False
         try:
-            return _check(cu.cuStreamEndCapture(self._handle), "cuStreamEndCapture")
+            return driver_call(cu.cuStreamEndCapture(self._handle), "cuStreamEndCapture")
         finally:
             self._deferred.__exit__(None, None, None)
 
     def finish(self):
         self._graph = self._end()
-        self._exec = _check(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+        self._exec = driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
 
     def abandon(self):
         """End the capture and keep nothing (the capture may have been invalidated)."""
@@ -95,7 +97,7 @@ class StreamCapture:
     def launch(self, stream):
         if self._exec is None:
             raise DevallocError("this graph was closed, or its capture did not finish")
-        _check(cu.cuGraphLaunch(self._exec, stream_handle(stream)), "cuGraphLaunch")
+        driver_call(cu.cuGraphLaunch(self._exec, stream_handle(stream)), "cuGraphLaunch")
 
     def _destroy_stream(self):
         if self._own_stream is not None:  # the driver waits for queued work first
@@ -134,6 +136,9 @@ class Recording:
 
     def record(self, launch_on, handle, args):
         launch_on(self.stream)(handle, *args)
+
+    def fill_zeros(self, memory, array):
+        memory.fill_zeros(array, self.stream)
 
     def finish(self):
         self._capture.finish()

@@ -4,9 +4,12 @@ __all__ = [
     "ArenaClosedError",
     "ArenaOverflowError",
     "ArenaOverflowWarning",
+    "CudaError",
     "DevallocError",
     "DeviceMemoryError",
+    "MemoryManagerError",
     "NoGpuError",
+    "PoolMemoryError",
 ]
 
 
@@ -65,7 +68,8 @@ class ArenaOverflowError(DevallocError, MemoryError):
     Attributes
     ----------
     kernel : str
-        Name of the (first) kernel whose allocation failed.
+        Name of the (first) kernel whose allocation failed, or the
+        ``arena.empty(...)`` call refused.
     capacity : int
         The arena's capacity in bytes.
     requested : int
@@ -78,12 +82,20 @@ class ArenaOverflowError(DevallocError, MemoryError):
         when the report came at a synchronization.
     """
 
-    def __init__(self, kernel, capacity, requested, failed, not_launched=None):
+    def __init__(self, kernel, capacity, requested, failed, not_launched=None, *, free=None):
         self.kernel = kernel
         self.capacity = capacity
         self.requested = requested
         self.failed = failed
         self.not_launched = not_launched
+        if free is not None:  # a host-side request (`Arena.empty`), refused at once
+            super().__init__(
+                f"arena overflow in {kernel}: it asks for {requested} bytes, and {free} "
+                f"of the arena's {capacity} bytes are left for frame arrays (the rest "
+                "holds this frame's arrays and what its kernels allocated). Make the "
+                "arena larger or allocate less per frame."
+            )
+            return
         skipped = (
             ""
             if not_launched is None
@@ -99,3 +111,42 @@ class ArenaOverflowError(DevallocError, MemoryError):
 
 class ArenaOverflowWarning(RuntimeWarning):
     """An arena was dropped without `Arena.close()` while an overflow was unreported."""
+
+
+class PoolMemoryError(DeviceMemoryError):
+    """A device allocation from devalloc's memory pool (`devalloc.allocators.numba`)
+    failed for lack of memory.
+
+    Attributes
+    ----------
+    requested : int
+        Bytes asked for.
+    free : int or None
+        Bytes the device had free, where known.
+    """
+
+    def __init__(self, requested, free, where="the device"):
+        self.requested = requested
+        self.free = free
+        has = "" if free is None else f"; {where} has {free} bytes free"
+        MemoryError.__init__(self, f"cannot allocate {requested} bytes from the memory pool{has}")
+
+
+class CudaError(DevallocError, RuntimeError):
+    """A CUDA call failed.
+
+    Attributes
+    ----------
+    status : str
+        The CUDA status name, such as ``"CUDA_ERROR_INVALID_VALUE"``.
+    """
+
+    def __init__(self, status, what):
+        self.status = status
+        super().__init__(f"{what} failed: {status}")
+
+
+class MemoryManagerError(DevallocError, RuntimeError):
+    """devalloc's Numba memory manager (`devalloc.allocators.numba`) cannot do what
+    was asked: it is not the one in use, the CUDA simulator has none, or pool
+    memory was asked for a legacy IPC handle."""

@@ -13,8 +13,9 @@ import numpy as np
 from numba import cuda
 
 from . import layout as L
+from .cuda_graphs import cu, driver_call, stream_handle
 from .errors import DeviceMemoryError, NoGpuError
-from .numba_compat import CudaSupportError, DeviceNDArray, driver, flush_deallocations
+from .numba_compat import CudaSupportError, DeviceNDArray, driver, flush_deallocations, rebind
 
 __all__ = ["GpuMemory"]
 
@@ -49,6 +50,7 @@ class GpuMemory:
             self.record[:] = 0
             self.record_address = self.record.device_ctypes_pointer.value
         self.event = None
+        self._frame_arrays = {}  # (offset, shape, dtype) -> a device array over it
 
     def _context(self):
         return cuda.gpus[self.device] if self.device is not None else nullcontext()
@@ -59,6 +61,17 @@ class GpuMemory:
         with self._context():
             driver.host_to_device(self._mem.view(start), words, words.nbytes)
 
+    def set_limit(self, value, stream):
+        """Set the header's LIMIT word to `value` in `stream`'s order (the value is
+        taken now): one stream memory operation, no copy, no host wait."""
+        with self._context():
+            driver_call(
+                cu.cuStreamWriteValue64(
+                    stream_handle(stream), self.header_address + 8 * L.LIMIT, value, 0
+                ),
+                "cuStreamWriteValue64",
+            )
+
     def read_header(self, words):
         with self._context():
             driver.device_to_host(words, self._mem.view(self._header_offset), words.nbytes)
@@ -67,6 +80,21 @@ class GpuMemory:
         start = self._header_offset + L.HEADER_BYTES + offset
         nbytes = int(np.prod(shape)) * dtype.itemsize
         return DeviceNDArray(shape, strides, dtype, gpu_data=self._mem.view(start, start + nbytes))
+
+    def frame_array(self, offset, shape, strides, dtype, stream):
+        """`device_array` for `Arena.empty`, which asks for the same few arrays
+        frame after frame: each is built once and copied after that."""
+        key = (offset, shape, dtype)
+        array = self._frame_arrays.get(key)
+        if array is None:
+            if len(self._frame_arrays) >= 4096:
+                self._frame_arrays.clear()
+            array = self._frame_arrays[key] = self.device_array(offset, shape, strides, dtype)
+        return rebind(array, stream)
+
+    def fill_zeros(self, array, stream):
+        if array.size:
+            driver.device_memset(array, 0, array.alloc_size, stream=stream or cuda.default_stream())
 
     @staticmethod
     def synchronize(stream):
@@ -91,5 +119,6 @@ class GpuMemory:
             return
         self._mem = None
         self.record = None
+        self._frame_arrays = {}
         with self._context():
             flush_deallocations()

@@ -48,12 +48,12 @@ def {name}({handle}{params}):
     {hdr} = {array_at}({header}, {HEADER_WORDS})
     {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
     {warp} = {enter_block}({hdr}, {state}, {slot})
-    {user}({make_arena}({header}, {hdr}[{CAPACITY}], {slot}, {log2_slab}, {warp}, {state}){params})
+    {user}({make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, {warp}, {state}){params})
     {leave_block}({hdr}, {state}, {slot}, {seq}, {align})
 """
 
 _LOCALS = ("handle", "state", "header", "slot", "log2_slab", "seq", "replayed", "hdr", "warp")
-_CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "CAPACITY")
+_CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "LIMIT")
 
 
 def _reserved_names(params, globals_):

@@ -69,6 +69,8 @@ PENDING_ASKED = 15  # the largest request among them, bytes (NOTHING_ASKED if no
 PENDING_SEQ = 16  # 1 + sequence number (mod 2**SEQ_BITS) of the first launch among them
 PEAK_REQUESTED = 17  # largest `REQUESTED` of any folded slot
 LIVE_SLOT = 18  # the slot of the latest launch; a replayed graph's launches read theirs here
+LIMIT = 19  # where in-kernel allocations stop: CAPACITY, less the frame arrays' region at
+#             the top of the data region (`Arena.empty`); the host sets it in stream order
 # What a block adds at its exit goes to one of COUNT_SHARDS count lines per slot
 # (by block index), each a 128-byte line of its own: on the cursor's line, every
 # block's two reductions queued behind its atomics (about 2 ns each on the H200).

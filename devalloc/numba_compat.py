@@ -14,9 +14,15 @@ this module, never from numba's internals.
 - Compiling without a GPU (`compiling_for`): the device lookup of numba-cuda's
   device-function dispatcher, under its compiler lock. Checked: 0.30.4.
 - Driver objects of the host side (`host_memory`): ``DeviceNDArray`` over arena
-  memory, raw host/device copies, the deferred-deallocation queue. Checked: 0.30.4.
+  memory (and copies of one made without its constructor, `rebind`), raw
+  host/device copies and memsets, the deferred-deallocation queue. Checked: 0.30.4.
 - The simulator's device array, for views of simulated arena memory
   (`simulator.host_memory`). Checked: 0.30.4.
+- Numba's External Memory Management interface, version 1 (`allocators.numba`):
+  ``HostOnlyCUDAMemoryManager`` (Numba's own pinned and mapped host memory),
+  ``MemoryPointer`` (its ``__init__`` with no finalizer, its ``free``, ``view``
+  and ``device_pointer``), ``MemoryInfo``, and a context's ``memory_manager``
+  (`current_memory_manager`). Checked: 0.30.4.
 - A launch made without the per-call parts of Numba's own (`direct_launch`):
   the dispatcher's typing entry point, the kernel's argument preparation and
   cuda.core's launch. Checked: 0.30.4 (cuda-core 1.2).
@@ -40,6 +46,7 @@ else:
     from numba.cuda import cgutils
     from numba.cuda.cudadrv import driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    from numba.cuda.cudadrv.driver import HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
     from numba.cuda.cudadrv.error import CudaSupportError
     from numba.cuda.datamodel.models import StructModel
     from numba.cuda.extending import (
@@ -53,11 +60,15 @@ else:
     __all__ += [
         "CudaSupportError",
         "DeviceNDArray",
+        "HostOnlyCUDAMemoryManager",
+        "MemoryInfo",
+        "MemoryPointer",
         "StructModel",
         "TypingError",
         "as_dtype",
         "carray",
         "cgutils",
+        "current_memory_manager",
         "driver",
         "flush_deallocations",
         "intrinsic",
@@ -65,8 +76,29 @@ else:
         "keep_stores_into_arrays",
         "make_attribute_wrapper",
         "overload_method",
+        "rebind",
         "register_model",
     ]
+
+
+def rebind(array, stream):
+    """A new device array object over `array`'s memory, shape and dtype, bound to
+    `stream`: a copy of its attributes. (DeviceNDArray's constructor checks the
+    shape and builds an index model each time: about 10 us on the H200's host,
+    most of what a frame array would cost. Its attributes are plain values:
+    ndim, shape, strides, dtype, size, alloc_size, gpu_data, stream, _dummy.)"""
+    copy = object.__new__(type(array))
+    copy.__dict__.update(array.__dict__)
+    copy.stream = stream
+    return copy
+
+
+def current_memory_manager():
+    """The memory manager Numba made for the current context (making the
+    context if there is none)."""
+    from numba import cuda
+
+    return cuda.current_context().memory_manager
 
 
 def flush_deallocations():

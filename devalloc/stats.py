@@ -14,10 +14,13 @@ class ArenaStats:
     capacity_bytes : int
         Size of the data region.
     current_bytes : int
-        Bytes the live region has taken from the arena (with ``warp_slab``,
-        whole slabs: what a warp has reserved, not only what it handed out).
+        Bytes the live region has taken from the arena: in kernels (with
+        ``warp_slab``, whole slabs: what a warp has reserved, not only what it
+        handed out) and as frame arrays (`Arena.empty`).
     peak_bytes : int
-        Largest ``current_bytes`` since the arena was made or the peak reset.
+        Largest in-kernel ``current_bytes`` since the arena was made, plus
+        ``peak_frame_array_bytes``: never less than the largest
+        ``current_bytes``, and what the arena must hold.
     requested_bytes : int
         What the live region's successful allocations asked for, each rounded
         up to 16 bytes (to a multiple of ``align`` if at least ``align``). Size an
@@ -35,7 +38,12 @@ class ArenaStats:
     launches : int
         Kernel launches on this arena.
     device_mallocs : int
-        Real device allocations (``cudaMalloc``) made for this arena: 1.
+        Real device allocations (``cudaMalloc``) made for this arena: 1, and
+        one more each time it was resized.
+    frame_array_bytes : int
+        Bytes the live frame's arrays (`Arena.empty`) hold, alignment included.
+    peak_frame_array_bytes : int
+        The most any frame's arrays held.
     """
 
     capacity_bytes: int
@@ -48,3 +56,5 @@ class ArenaStats:
     device_mallocs: int
     requested_bytes: int = 0
     peak_requested_bytes: int = 0
+    frame_array_bytes: int = 0
+    peak_frame_array_bytes: int = 0

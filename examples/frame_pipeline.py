@@ -8,14 +8,19 @@ with three ways of getting the frame's GPU memory.
 
 Modes:
 
-devalloc  the frame's temporaries from one arena, in ``arena.frame()``; each
-          tile's edge-point list is allocated inside the kernel that finds its
-          length. The arena is sized from a measured first frame: its fixed-size
-          buffers exactly, plus 1.5 times the content-dependent lists (doubled
-          should a frame outgrow them), unless --arena-mib gives a size;
-          --strategy picks its allocator (warp_slab, the default, or bump).
+devalloc  the frame's temporaries from one arena: the fixed-size ones as frame
+          arrays (``arena.empty``), and each tile's edge-point list allocated
+          inside the kernel that finds its length. ``arena.run`` runs each frame
+          and sizes the arena: 1.5 times the peak of the first frames, doubled
+          (and the frame run again) should one outgrow it; --arena-mib gives a
+          fixed size instead. --strategy picks the in-kernel allocator
+          (warp_slab, the default, or bump).
 malloc    every temporary from ``cuda.device_array`` each frame; the lists by
           the classic count pass, copy to host, allocate, second pass.
+malloc-pool  `malloc` under devalloc's Numba memory manager
+          (``NUMBA_CUDA_MEMORY_MANAGER=devalloc.allocators.numba``: every
+          ``cuda.device_array`` from a stream-ordered pool), in a process of
+          its own, as a memory manager is chosen before CUDA starts. GPU only.
 static    everything allocated once by hand, the lists for the worst case
           (every pixel an edge).
 
@@ -26,8 +31,11 @@ that they do. Without a GPU it runs on Numba's CUDA simulator, on small frames.
 import argparse
 import json
 import os
+import pickle
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,12 +55,11 @@ import devalloc  # noqa: E402
 from devalloc.backend import SIMULATOR  # noqa: E402
 from kernels import image as K  # noqa: E402
 
-MODES = ("devalloc", "malloc", "static", "devalloc-graph", "static-graph")
+MODES = ("devalloc", "malloc", "malloc-pool", "static", "devalloc-graph", "static-graph")
 GRAPH_MODES = ("devalloc-graph", "static-graph")
 PIXEL_BLOCK = (8, 8) if SIMULATOR else (16, 16)  # the simulator pays per thread
 TILE_BLOCK = (K.TILE, 8)
-HEADROOM = 1.5
-ALIGN = 256
+POOL_MANAGER = "devalloc.allocators.numba"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
 
 
@@ -152,19 +159,9 @@ def fixed_buffers(height, width):
     ]
 
 
-def layout(buffers):
-    """Offsets of the buffers packed in one block, each 256-byte aligned."""
-    offsets, end = {}, 0
-    for name, shape, dtype in buffers:
-        offsets[name] = end
-        end += -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // ALIGN) * ALIGN
-    return offsets, end
-
-
-def carve(view, buffers):
-    """Device arrays over one block: ``view(offset, shape, dtype)`` makes each."""
-    offsets, _ = layout(buffers)
-    return {name: view(offsets[name], shape, dtype) for name, shape, dtype in buffers}
+def allocate(buffers, empty):
+    """The frame's buffers, each made by ``empty(shape, dtype)``."""
+    return {name: empty(shape, dtype) for name, shape, dtype in buffers}
 
 
 class Outputs:
@@ -243,19 +240,11 @@ class Static:
 
     def __init__(self, camera, out, height, width):
         self.camera, self.out = camera, out
-        buffers = fixed_buffers(height, width)
-        _, nbytes = layout(buffers)
-        self.block = cuda.device_array(nbytes, np.uint8)
-        self.buf = carve(
-            lambda o, s, d: (
-                self.block[o : o + int(np.prod(s)) * np.dtype(d).itemsize].view(d).reshape(s)
-            ),
-            buffers,
-        )
+        self.buf = allocate(fixed_buffers(height, width), cuda.device_array)
         tiles = self.buf["starts"].shape[0]
         self.points = cuda.device_array((tiles * K.TILE * K.TILE, K.POINT), np.int32)
         self.buf["starts"].copy_to_device(np.arange(tiles, dtype=np.int64) * K.TILE * K.TILE)
-        self.held_bytes = self.block.nbytes + self.points.nbytes
+        self.held_bytes = sum(a.nbytes for a in self.buf.values()) + self.points.nbytes
 
     def process(self):
         edges = edges_of(self.camera, self.buf)
@@ -318,96 +307,75 @@ class Malloc:
 
 
 class Devalloc:
-    """The frame's temporaries from one arena; the lists allocated in-kernel.
-
-    One thread per tile allocates its list. Either strategy fits a measured
-    frame: `bump` uses the arena exactly, and `warp_slab` grows its slabs from
-    demand, so what it holds back is bounded by what the frame uses.
+    """The frame's temporaries from one arena: frame arrays for the fixed-size
+    ones, and each tile's list allocated in-kernel by the thread that counted
+    it. ``arena.run`` sizes the arena (unless it was given a size): either
+    strategy then fits the frame, `bump` exactly and `warp_slab` with slabs
+    grown from demand, so what it holds back is bounded by what it uses.
     """
 
     name = "devalloc"
 
     def __init__(self, camera, out, height, width, arena_bytes=None, strategy="warp_slab"):
-        self.camera, self.out, self.strategy = camera, out, strategy
+        self.camera, self.out = camera, out
         self.buffers = fixed_buffers(height, width)
-        _, self.fixed_bytes = layout(self.buffers)
-        self.where = cuda.to_device(np.full(1, -7, np.int64))
-        if arena_bytes is None:
-            arena_bytes = self.measure_first_frame()
-        self._use(devalloc.Arena(arena_bytes, strategy=self.strategy))
+        self.fixed_size = arena_bytes is not None
+        self.arena = devalloc.Arena(arena_bytes or 1 << 20, strategy=strategy)
 
-    def measure_first_frame(self):
-        """Run a frame in an arena with room for anything and size the real one
-        from its peak: the fixed-size buffers exactly, plus HEADROOM times the
-        part that depends on the frame's content (the edge-point lists)."""
-        tiles = self.out.tiles[0] * self.out.tiles[1]
-        worst = tiles * (K.TILE * K.TILE * K.POINT * 4 + ALIGN)
-        self._use(devalloc.Arena(self.fixed_bytes + worst + (1 << 20), strategy=self.strategy))
-        self.process()
-        peak = self.arena.stats().peak_bytes
-        self.arena.close()
-        return self.fixed_bytes + int(HEADROOM * max(peak - self.fixed_bytes, 1 << 16))
-
-    def _use(self, arena):
-        self.arena = arena
-        self.held_bytes = arena.capacity
-        self.buf = carve(arena.device_view, self.buffers)
+    @property
+    def held_bytes(self):
+        return self.arena.capacity
 
     def process(self):
-        while True:
-            try:
-                return self._frame()
-            except devalloc.ArenaOverflowError as error:  # more edges than planned for
-                lists = error.capacity - self.fixed_bytes
-                tqdm.write(f"the frame's lists outgrew {lists} bytes of arena: doubling that")
-                self.arena.close()
-                self._use(devalloc.Arena(self.fixed_bytes + 2 * lists, strategy=self.strategy))
-
-    def _frame(self):
-        with self.arena.frame(check=False):
-            edges = self._launches()
-        frame_queued(self)
-        self.arena.check()  # waits for the frame; raises if the lists overflowed
-        return edges
+        if self.fixed_size:
+            with self.arena.frame():
+                return self._launches()
+        return self.arena.run(self._launches)
 
     def _launches(self, stream=0):
         """The frame's work: devalloc kernels need no stream (inside a capture
         they are recorded on the graph's), the others take `stream`."""
-        arena, buf, out = self.arena, self.buf, self.out
-        # The frame's first allocation: the fixed buffers, at offset 0.
-        K.reserve[1, 1](arena, self.fixed_bytes, self.where)
+        arena, out = self.arena, self.out
+        buf = allocate(self.buffers, arena.empty)
         edges = edges_of(self.camera, buf, stream)
         K.arena_lists[out.tiles, TILE_BLOCK](arena, edges, buf["blur"], buf["table"])
         K.arena_consume[out.tiles, TILE_BLOCK](
             arena, buf["table"], self.camera.rgb, out.palette, out.hist, out.overlay
         )
+        frame_queued(self)
         return edges
-
-    def check_reservation(self):
-        where = int(self.where.copy_to_host()[0])
-        if where != 0:
-            raise RuntimeError(f"the frame's fixed buffers landed at offset {where}, not 0")
 
 
 class DevallocGraph(Devalloc):
-    """`Devalloc`, its frame captured once with ``arena.capture()`` and replayed
-    each frame (captured again when the arena is regrown)."""
+    """`Devalloc`, its frame captured once with ``arena.capture()`` (frame arrays
+    and all) and replayed each frame; grown and captured again should a frame
+    outgrow the arena."""
 
     name = "devalloc-graph"
+    graph = None
 
-    def _frame(self):
-        if getattr(self, "captured_for", None) is not self.arena:
-            # Eagerly first, so that every kernel is loaded before the capture. The
-            # simulator records devalloc kernels only: there every frame is eager.
-            edges = super()._frame()
+    def process(self):
+        if self.graph is None:
+            # Eagerly first: every kernel is loaded before the capture, and the
+            # arena sized. The simulator records devalloc kernels only: there
+            # every frame is eager.
+            edges = super().process()
             if not SIMULATOR:
                 with self.arena.capture() as graph:
                     self.edges = self._launches(graph.stream)
-                self.graph, self.captured_for = graph, self.arena
+                self.graph = graph
             return edges
         self.graph.replay()
         frame_queued(self)
-        self.arena.check()
+        try:
+            self.arena.check()
+        except devalloc.ArenaOverflowError:
+            if self.fixed_size:
+                raise
+            tqdm.write("a frame outgrew the arena: growing it and capturing the frame again")
+            self.arena.resize(int(self.arena.capacity * self.arena.sizing.growth))
+            self.graph = None
+            return self.process()
         return self.edges
 
 
@@ -457,6 +425,8 @@ def used_device_bytes():
 def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, overlays, strategy):
     """Run one mode over the frames; returns its row of figures and the kept
     frames' results. Overlays of the kept frames go to the folder `overlays`."""
+    if mode == "malloc-pool" and os.environ.get("NUMBA_CUDA_MEMORY_MANAGER") != POOL_MANAGER:
+        return run_under_pool(height, width, frames, warmup, source, keep, overlays)
     camera = Camera(height, width, source)
     out = Outputs(height, width)
     baseline = used_device_bytes()
@@ -465,7 +435,8 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
             kind = DevallocGraph if mode == "devalloc-graph" else Devalloc
             pipeline = kind(camera, out, height, width, arena_bytes, strategy)
         else:
-            kind = {"static": Static, "malloc": Malloc, "static-graph": StaticGraph}[mode]
+            kind = {"static": Static, "malloc": Malloc, "malloc-pool": Malloc,
+                    "static-graph": StaticGraph}[mode]  # fmt: skip
             pipeline = kind(camera, out, height, width)
     pipeline.clock = clock = FrameClock()
     times, host, gpu, mallocs, peak_used, results = [], [], [], [], 0, []
@@ -493,7 +464,6 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
                 name = f"overlay-{mode}-{width}x{height}-{index:04d}.png"
                 write_overlay(overlays / name, results[-1][3])
     if mode.startswith("devalloc"):
-        pipeline.check_reservation()
         pipeline.arena.close()
     median = statistics.median(times) * 1e3 if times else float("nan")
     return {
@@ -510,6 +480,24 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
         "peak_mib": pipeline.held_bytes / 2**20,
         "device_used_mib": peak_used / 2**20,
     }, results
+
+
+def run_under_pool(height, width, frames, warmup, source, keep, overlays):
+    """`run_mode` of malloc-pool, in a process whose Numba memory manager is
+    devalloc's pool (the manager is chosen before CUDA starts)."""
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "malloc-pool.pickle"
+        command = [sys.executable, __file__, "--mode", "malloc-pool",
+                   "--size", f"{width}x{height}", "--frames", str(frames),
+                   "--warmup", str(warmup), "--keep", ",".join(map(str, sorted(keep))),
+                   "--result-file", str(result)]  # fmt: skip
+        if source is not None:
+            command += ["--input", str(source)]
+        if overlays is not None:
+            command += ["--out", str(overlays)]
+        env = {**os.environ, "NUMBA_CUDA_MEMORY_MANAGER": POOL_MANAGER}
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        return pickle.loads(result.read_bytes())
 
 
 def write_overlay(path, overlay):
@@ -579,6 +567,9 @@ def main(argv=None):
                         help="the devalloc arena's allocator strategy")  # fmt: skip
     parser.add_argument("--benchmark", action="store_true",
                         help="1920x1080 and 3840x2160, results file in --out")  # fmt: skip
+    # (for run_under_pool: the frames to keep, and where to leave one mode's results)
+    parser.add_argument("--keep", help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.benchmark:
@@ -604,8 +595,20 @@ def main(argv=None):
         "graph": GRAPH_MODES,
         "eager": tuple(m for m in MODES if m not in GRAPH_MODES),
     }.get(args.mode, (args.mode,))
+    if not gpu and "malloc-pool" in modes:  # the simulator has no memory managers
+        if args.mode == "malloc-pool":
+            parser.error("--mode malloc-pool needs a GPU (the simulator has no memory managers)")
+        modes = tuple(m for m in modes if m != "malloc-pool")
     arena_bytes = int(args.arena_mib * 2**20) if args.arena_mib else None
     keep = {warmup, warmup + frames // 2, warmup + frames - 1}
+    if args.keep:
+        keep = {int(index) for index in args.keep.split(",")}
+    if args.result_file is not None:  # one mode, one size, for run_under_pool
+        (width, height), mode = sizes[0], modes[0]
+        outcome = run_mode(mode, height, width, frames, warmup, args.input, arena_bytes, keep,
+                           args.out, args.strategy)  # fmt: skip
+        args.result_file.write_bytes(pickle.dumps(outcome))
+        return
 
     rows, verdicts = [], []
     for number, (width, height) in enumerate(sizes):

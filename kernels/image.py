@@ -277,17 +277,6 @@ def arena_consume(arena, table, rgb, palette, hist, overlay):
     consume_points(points, rgb, palette, hist, overlay)
 
 
-@devalloc.kernel
-def reserve(arena, nbytes, where):
-    """One thread takes the frame's fixed-size buffers as one block. Being the
-    frame's first allocation it lands at offset 0, which is checked here."""
-    if cuda.grid(1) == 0:
-        block = arena.alloc(nbytes, np.uint8)
-        where[0] = NO_LIST
-        if block.size == nbytes:
-            where[0] = arena.offset(block)
-
-
 @cuda.jit
 def count_tiles(edges, counts):
     _, total = tile_scan(edges)
@@ -329,7 +318,6 @@ def _signatures():
         "grow_edges": (u8_2, u8_2, u8_2),
         "arena_lists": (u8_2, f4_2, i8_2),
         "arena_consume": (i8_2, u8_3, u8_2, i4_2, u8_3),
-        "reserve": (types.int64, i8_1),
         "count_tiles": (u8_2, i8_1),
         "fill_tiles": (u8_2, f4_2, i8_1, i8_1, i4_2),
         "consume_tiles": (i4_2, i8_1, i8_1, u8_3, u8_2, i4_2, u8_3),

@@ -19,6 +19,9 @@ class Recording:
     def record(self, launch_on, handle, args):
         self._calls.append(lambda: launch_on(None)(handle, *args))
 
+    def fill_zeros(self, memory, array):
+        self._calls.append(lambda: memory.fill_zeros(array, None))
+
     def finish(self):
         pass
 

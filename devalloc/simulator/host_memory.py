@@ -37,6 +37,9 @@ class SimMemory:
     def write_header(self, words, first=0):
         bytes_at(self.header_address + 8 * first, words.nbytes)[:] = words.view(np.uint8)
 
+    def set_limit(self, value, stream):
+        self.write_header(np.array([value], np.int64), first=L.LIMIT)
+
     def read_header(self, words):
         words.view(np.uint8)[:] = bytes_at(self.header_address, words.nbytes)
 
@@ -45,6 +48,15 @@ class SimMemory:
         start = self.header_address + L.HEADER_BYTES + offset
         view = np.ndarray(shape, dtype, bytes_at(start, nbytes), strides=strides)
         return FakeCUDAArray(view)
+
+    def frame_array(self, offset, shape, strides, dtype, stream):
+        array = self.device_array(offset, shape, strides, dtype)
+        array.stream = stream
+        return array
+
+    @staticmethod
+    def fill_zeros(array, stream):
+        array._ary[...] = 0
 
     @staticmethod
     def synchronize(stream):

@@ -1,0 +1,101 @@
+"""Host side: an arena that sizes itself (`Arena.run`), by the rule of frame pools:
+measure the first frames, settle at 1.5 times their peak, and grow (and run the
+frame again) when one overflows. Every size is one device allocation, so the
+number of them stays small: one to start, one to settle, one per growth, and
+growth is geometric."""
+
+import math
+from dataclasses import dataclass
+
+from .errors import ArenaOverflowError
+from .layout import MAX_CAPACITY
+
+__all__ = ["Sizing", "run_sized"]
+
+SIZE_STEP = 64 << 10  # settled sizes are whole multiples of this
+SETTLE_SLACK = 0.1  # settle only if the arena is this much (relatively) off its target
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How `Arena.run` sizes an arena.
+
+    Attributes
+    ----------
+    headroom : float, default 1.5
+        The arena settles at this many times the peak of the measured frames.
+    growth : float, default 2.0
+        An overflowing frame runs again in an arena this many times larger.
+    measure : int, default 3
+        Frames measured (at the arena's size then) before it settles.
+    max_nbytes : int or None
+        The arena never grows past this; an overflow at it is raised.
+    """
+
+    headroom: float = 1.5
+    growth: float = 2.0
+    measure: int = 3
+    max_nbytes: int | None = None
+
+    def __post_init__(self):
+        if not self.headroom >= 1:
+            raise ValueError(f"headroom must be at least 1 (got {self.headroom!r})")
+        if not self.growth > 1:
+            raise ValueError(f"growth must be more than 1 (got {self.growth!r})")
+        if isinstance(self.measure, bool) or not isinstance(self.measure, int) or self.measure < 1:
+            raise ValueError(f"measure must be an int, 1 or more (got {self.measure!r})")
+        if self.max_nbytes is not None and not (
+            isinstance(self.max_nbytes, int) and self.max_nbytes > 0
+        ):
+            raise ValueError(f"max_nbytes must be a positive int or None (got {self.max_nbytes!r})")
+
+
+def run_sized(arena, frame, args, kwargs):
+    """`Arena.run`: one frame, run again in a larger arena while it overflows."""
+    while True:
+        try:
+            with arena.frame():
+                result = frame(*args, **kwargs)
+            break
+        except ArenaOverflowError as overflow:
+            larger = _grown(arena, overflow)
+            if larger is None:
+                raise
+            try:
+                arena.resize(larger)
+            except MemoryError as error:
+                raise error from overflow
+            arena._measured = 0  # the peaks start again at the new size
+    if not arena._settled:
+        arena._measured += 1
+        if arena._measured >= arena.sizing.measure:
+            _settle(arena)
+    return result
+
+
+def _grown(arena, overflow):
+    """The size to run an overflowing frame again in, or None to raise."""
+    sizing = arena.sizing
+    if not 0 <= overflow.requested <= MAX_CAPACITY:  # invalid, or more than any arena holds
+        return None
+    larger = max(math.ceil(arena.capacity * sizing.growth), arena.capacity + overflow.requested)
+    larger = min(larger, MAX_CAPACITY)
+    if larger <= arena.capacity:
+        return None
+    if sizing.max_nbytes is not None:
+        if arena.capacity >= sizing.max_nbytes:
+            return None
+        larger = min(larger, sizing.max_nbytes)
+    return larger
+
+
+def _settle(arena):
+    """After the measured frames: `headroom` times their peak, if that is off."""
+    arena._settled = True
+    sizing = arena.sizing
+    target = math.ceil(arena.stats().peak_bytes * sizing.headroom / SIZE_STEP) * SIZE_STEP
+    if sizing.max_nbytes is not None:
+        target = min(target, sizing.max_nbytes)
+    target = max(target, SIZE_STEP)
+    if abs(target - arena.capacity) > SETTLE_SLACK * target:
+        arena.resize(target)
