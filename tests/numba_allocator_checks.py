@@ -159,7 +159,9 @@ def gpu_streams():
         assert np.array_equal(got, host + k + 1), k
     del results
     cuda.synchronize()
-    assert pool_numba.stats().current_allocs == 0
+    gc.collect()  # (under compute-sanitizer, a dropped array was once still alive here)
+    stats = pool_numba.stats()
+    assert stats.current_allocs == 0, stats
 
 
 def gpu_memory_info():
@@ -189,12 +191,13 @@ def gpu_shutdown_with_live_arrays():
 
 
 def gpu_close_with_live_arrays():
+    # (Not checked: using CUDA again after cuda.close(). With numba-cuda 0.30.4 on
+    # the H200 that failed with CUDA_ERROR_CONTEXT_IS_DESTROYED under Numba's own
+    # manager too, in its context's initialize: seen 2026-12-01.)
     old = cuda.device_array(1000, np.int32)
-    cuda.close()
-    new = cuda.to_device(np.arange(10))
-    assert np.array_equal(new.copy_to_host(), np.arange(10))
-    assert pool_numba.stats().current_allocs == 1  # a new pool, for the new context
-    del old  # its context is gone: nothing to free, nothing raised
+    view = old[10:20]
+    cuda.close()  # retires the pool: the arrays' frees must not reach it
+    del old, view  # their context is gone: nothing to free, nothing raised
     gc.collect()
 
 

@@ -34,7 +34,9 @@ def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path, strategy):
         "--strategy", strategy,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "identical across devalloc, malloc, static, devalloc-graph, static-graph" in (
+    # (malloc-pool: the GPU's memory managers; the simulator has none)
+    pool = "" if SIMULATOR else " malloc-pool,"
+    assert f"identical across devalloc, malloc,{pool} static, devalloc-graph, static-graph" in (
         result.stdout
     )
     if SIMULATOR:
@@ -47,12 +49,12 @@ def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path, strategy):
     assert rows["malloc"]["mallocs_per_frame"] >= 10
     overlays = sorted(tmp_path.glob("overlay-*.png"))
     modes = [p.name[len("overlay-") :].rsplit("-", 2)[0] for p in overlays]
-    assert modes == ["devalloc", "devalloc-graph", "malloc", "static", "static-graph"]
-    assert (
-        rows["devalloc-graph"]["mallocs_per_frame"]
-        == 0
-        == rows["static-graph"]["mallocs_per_frame"]
-    )
+    expected = ["devalloc", "devalloc-graph", "malloc", "malloc-pool", "static", "static-graph"]
+    assert modes == [mode for mode in expected if not (SIMULATOR and mode == "malloc-pool")]
+    assert rows["static-graph"]["mallocs_per_frame"] == 0
+    # (a process's first capture loads its first node on a scratch header: one
+    # allocation, once, in the first frame, which this one-frame run times)
+    assert rows["devalloc-graph"]["mallocs_per_frame"] <= (0 if SIMULATOR else 1)
     images = [iio.imread(p) for p in overlays]
     assert images[0].shape == (18, 36, 3) and images[0].dtype == np.uint8
     assert all(np.array_equal(images[0], image) for image in images[1:])
