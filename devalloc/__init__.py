@@ -9,10 +9,11 @@ synchronizing.
 Where things are:
 
 host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, frame
-               arrays, stats, resize, close), sizing.py (Arena.run: an arena
-               that sizes itself), capture.py (capture and replay), host_memory.py (an
-               arena's bytes on the GPU), cuda_graphs.py (the driver calls of
-               CUDA graphs, a Graph's recording), stats.py, errors.py
+               arrays, stats, resize, close; devalloc.stats()), sizing.py
+               (Arena.run: an arena that sizes itself), capture.py (capture
+               and replay), host_memory.py (an arena's bytes on the GPU),
+               cuda_graphs.py (the driver calls of CUDA graphs, a Graph's
+               recording), statistics.py, errors.py
 device side    allocator.py (bump and warp-slab allocation, block bookkeeping),
                warp.py (warp primitives), device_memory.py (addresses to arrays)
 Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
@@ -27,7 +28,7 @@ simulator/     the twins, module for module, for Numba's CUDA simulator:
                host_memory.py, cuda_graphs.py
 """
 
-from .arena import STRATEGIES, Arena
+from .arena import STRATEGIES, Arena, stats
 from .capture import Graph
 from .errors import (
     ArenaClosedError,
@@ -42,7 +43,7 @@ from .errors import (
 )
 from .launch import Kernel, kernel
 from .sizing import Sizing
-from .stats import ArenaStats
+from .statistics import ArenaStats, ProcessStats
 
 __version__ = "0.1.0"
 
@@ -61,6 +62,8 @@ __all__ = [
     "MemoryManagerError",
     "NoGpuError",
     "PoolMemoryError",
+    "ProcessStats",
     "Sizing",
     "kernel",
+    "stats",
 ]

@@ -168,11 +168,12 @@ def enter_block(hdr, state, slot):
 
 
 @device_function
-def leave_block(hdr, state, slot, seq, align):
+def leave_block(hdr, state, slot, seq, kernel, align):
     """Every thread on its way out of the kernel; the block's last one hands the
     unused tail of its slab back to the arena if nothing was taken after it,
-    adds the block's counts to the slot (one global reduction per count, none
-    if it allocated nothing) and reports its failures, if it had any.
+    adds the block's counts to the slot and its allocations to its kernel's
+    count (one global reduction per count, none if it allocated nothing) and
+    reports its failures, if it had any.
 
     Each warp's leader takes its lanes off the block's count of live threads
     with one int32 shared atomic of acquire-release order: its warp's counts
@@ -201,6 +202,7 @@ def leave_block(hdr, state, slot, seq, align):
                 base = shard_base(slot, block % L.COUNT_SHARDS)
                 reduce_add(hdr, base + L.SHARD_ALLOCS, allocs)
                 reduce_add(hdr, base + L.SHARD_GRANULES, granules)
+                reduce_add(hdr, L.KERNEL_ALLOCS + kernel, allocs)
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
                 report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])

@@ -45,9 +45,9 @@ from . import layout as L
 from .backend import SIMULATOR, Memory
 from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
 from .sizing import Sizing, run_sized
-from .stats import ArenaStats
+from .statistics import ArenaStats, ProcessStats
 
-__all__ = ["STRATEGIES", "Arena"]
+__all__ = ["STRATEGIES", "Arena", "stats"]
 
 STRATEGIES = tuple(L.STRATEGIES)  # the names; what each is: layout.STRATEGIES
 MIN_ALIGN = L.GRANULE
@@ -100,6 +100,8 @@ def _number_dtype(dtype):
 _EVENT = L.REC_EVENT
 _SEQ_MASK = L.SEQ_MASK
 _SEQ_SHIFT = L.SEQ_SHIFT
+_KERNEL_SHIFT = L.KERNEL_SHIFT
+OTHER_KERNELS = "<other kernels>"  # allocs_by_kernel's name for those past the first 31
 
 
 class _Reports:
@@ -157,6 +159,18 @@ class _Reports:
 _dropped = []
 _open_arenas = weakref.WeakSet()
 _exit_registered = []
+_process = {"device_mallocs": 0, "peak_reserved_bytes": 0}  # for `stats`
+
+
+def stats():
+    """The devalloc arenas of this process: a `ProcessStats`."""
+    arenas = list(_open_arenas)
+    return ProcessStats(
+        arenas=len(arenas),
+        reserved_bytes=sum(arena._reserved_bytes for arena in arenas),
+        peak_reserved_bytes=_process["peak_reserved_bytes"],
+        device_mallocs=_process["device_mallocs"],
+    )
 
 
 def _queue_dropped(reports):
@@ -223,6 +237,7 @@ class _Frame:
         arena = self._arena
         try:
             arena._in_frame = False
+            arena._frames += 1
             if not arena._closed:
                 arena._clear_live_region()
                 arena._limit = arena._capacity
@@ -301,6 +316,8 @@ class Arena:
         self._launches = 0
         self._resets = 0
         self._device_mallocs = 0
+        self._frames = 0
+        self._kernel_ids = {}  # kernel name -> where its allocations are counted
         self._moves = 0  # resizes: a Graph captured before one refuses to replay
         self._sizing = Sizing()
         if sizing is not None:
@@ -314,9 +331,9 @@ class Arena:
         _open_arenas.add(self)
         _register_exit()
 
-    def _occupy(self, capacity, device, stream, totals=(0, 0)):
+    def _occupy(self, capacity, device, stream, totals=(0, 0), kernel_allocs=None):
         """Reserve an arena of `capacity` bytes and start it empty, its total
-        allocation and failure counts `totals`."""
+        allocation and failure counts `totals` (and, per kernel id, `kernel_allocs`)."""
         memory = Memory(capacity, self._align, device)
         if memory.header_address & ~L.ADDRESS_MASK:
             memory.free()
@@ -330,11 +347,20 @@ class Arena:
         header[L.PENDING_ASKED] = L.NOTHING_ASKED
         header[L.LIVE_SLOT] = 1  # as if the latest launch had used slot 1: the first uses 0
         header[L.TOTAL_ALLOCS], header[L.TOTAL_FAILED] = totals
+        if kernel_allocs is not None:
+            header[L.KERNEL_ALLOCS : L.KERNEL_ALLOCS + L.KERNEL_IDS] = kernel_allocs
         memory.write_header(header)
 
         self._memory = memory
         self._capacity = capacity
         self._device_mallocs += 1
+        moving = getattr(self, "_reserved_bytes", 0)  # (a resize frees the old memory after)
+        self._reserved_bytes = L.allocation_bytes(capacity, self._align)
+        _process["device_mallocs"] += 1
+        others = sum(arena._reserved_bytes for arena in _open_arenas if arena is not self)
+        _process["peak_reserved_bytes"] = max(
+            _process["peak_reserved_bytes"], others + moving + self._reserved_bytes
+        )
         self._reports = _Reports(memory, capacity)
         self._reports.stream = stream
         self._release = weakref.finalize(self, _queue_dropped, self._reports)
@@ -456,7 +482,10 @@ class Arena:
         handle = self._handles[slot].get(warps)
         if handle is None:
             handle = self._new_handle(warps, slot)
-        return handle | seq << _SEQ_SHIFT
+        kernel = self._kernel_ids.get(kernel_name)
+        if kernel is None:
+            kernel = self._kernel_ids[kernel_name] = min(len(self._kernel_ids), L.KERNEL_MASK)
+        return handle | seq << _SEQ_SHIFT | kernel << _KERNEL_SHIFT
 
     def _new_handle(self, warps, slot):
         handles = self._handles[slot]
@@ -512,6 +541,7 @@ class Arena:
             # Outside a frame, as a replay always is, this takes the slot the next
             # launch would have had: the one the replay used (see capture.py).
             self._end_launch(graph.launches)
+            self._frames += 1
 
     def _set_limit(self, limit, stream):
         self._memory.set_limit(limit, stream)
@@ -743,6 +773,10 @@ class Arena:
                 for slot, bases in zip(slots, shards)
             ]
             arrays = self._capacity - self._top
+            by_kernel = {}
+            for name, kernel in self._kernel_ids.items():
+                name = OTHER_KERNELS if kernel == L.KERNEL_MASK else name
+                by_kernel[name] = int(words[L.KERNEL_ALLOCS + kernel])
             return ArenaStats(
                 capacity_bytes=self._capacity,
                 current_bytes=used[self._slot] + arrays,
@@ -756,6 +790,9 @@ class Arena:
                 peak_requested_bytes=max(int(words[L.PEAK_REQUESTED]) << 4, *requested),
                 frame_array_bytes=arrays,
                 peak_frame_array_bytes=max(self._peak_arrays, arrays),
+                current_allocs=allocs[self._slot],
+                frames=self._frames,
+                allocs_by_kernel=by_kernel,
             )
 
     # -- sizing ------------------------------------------------------------------------
@@ -792,10 +829,11 @@ class Arena:
 
         Waits for the arena's launches first, and raises a pending
         `ArenaOverflowError` instead if there is one (nothing changes then).
-        Counts carry over (`total_allocs`, `failed_allocs`, `launches`, `resets`);
-        peaks start again. Views and frame arrays of the old memory keep it alive
-        but are no longer the arena's: kernels allocate over none of it, and
-        none of it is what kernels allocate. A `Graph` captured before refuses
+        Counts carry over (`total_allocs`, `failed_allocs`, `allocs_by_kernel`,
+        `launches`, `resets`, `frames`); peaks start again. Views and frame
+        arrays of the old memory keep it alive but are no longer the arena's:
+        kernels allocate over none of it, and none of it is what kernels
+        allocate. A `Graph` captured before refuses
         to replay: capture the frame again. Outside frames and captures only.
         """
         nbytes = _positive_int(nbytes, "nbytes")
@@ -808,6 +846,8 @@ class Arena:
             if self._in_frame or self._capture is not None:
                 raise DevallocError("resize the arena outside arena.frame() and arena.capture()")
             stats = self.stats()  # waits; raises a pending overflow
+            kernel_allocs = np.empty(L.HEADER_WORDS, np.int64)
+            self._memory.read_header(kernel_allocs)
             old_reports, old_release = self._reports, self._release
             release_dropped()
             self._occupy(
@@ -815,6 +855,7 @@ class Arena:
                 self._memory.device,
                 old_reports.stream,
                 (stats.total_allocs, stats.failed_allocs),
+                kernel_allocs[L.KERNEL_ALLOCS : L.KERNEL_ALLOCS + L.KERNEL_IDS],
             )
             self._moves += 1
             old_release.detach()

@@ -79,6 +79,10 @@ SHARD_WORDS = 16  # one 128-byte line
 SHARDS_AT = 32  # word of the first line (slot 0's shards, then slot 1's)
 SHARD_ALLOCS = 0  # words of a shard: added to the slot's ALLOCS and REQUESTED
 SHARD_GRANULES = 1
+# Successful allocations of each kernel (by the id in its launch handle), since
+# the arena was made: one reduction by each block that allocated.
+KERNEL_ALLOCS = SHARDS_AT + 2 * COUNT_SHARDS * SHARD_WORDS
+KERNEL_IDS = 32  # the last one counts every kernel past the first KERNEL_IDS - 1
 HEADER_WORDS = HEADER_BYTES // 8
 
 
@@ -135,33 +139,43 @@ REM_MASK = (1 << REM_BITS) - 1
 #   bits 1..5    log2(slab bytes)
 #   bit  6       replayed: the launch is a node of a captured graph; its slot is the
 #                header's LIVE_SLOT, chosen by the replay's first node
-#   bits 8..47   header address (256-byte aligned, below 2**48)
+#   bits 7..11   kernel id: where its allocations are counted (KERNEL_ALLOCS + id)
+#   bits 12..47  header address (4 KiB aligned, as the data region after it is: below 2**48)
 #   bits 48..62  launch sequence number mod 2**15
 SLOT_MASK = 0x1
 SLAB_SHIFT = 1
 SLAB_MASK = 0x1F
 REPLAYED = 1 << 6
-ADDRESS_MASK = ((1 << 48) - 1) & ~0xFF
+KERNEL_SHIFT = 7
+KERNEL_MASK = KERNEL_IDS - 1
+ADDRESS_MASK = ((1 << 48) - 1) & ~0xFFF
 SEQ_SHIFT = 48
 SEQ_BITS = 15
 SEQ_MASK = (1 << SEQ_BITS) - 1
 
 
-def pack_handle(header_address, slot, log2_slab, seq):
+def pack_handle(header_address, slot, log2_slab, seq, kernel=0):
     """The launch handle, made here only. `slot` is 0 or 1, or REPLAYED for a
     launch recorded into a graph."""
-    return header_address | slot | (log2_slab << SLAB_SHIFT) | ((seq & SEQ_MASK) << SEQ_SHIFT)
+    return (
+        header_address
+        | slot
+        | (log2_slab << SLAB_SHIFT)
+        | (kernel << KERNEL_SHIFT)
+        | ((seq & SEQ_MASK) << SEQ_SHIFT)
+    )
 
 
 def unpack_handle(handle):
     """The launch handle's fields, read here only (by the wrapper kernel):
-    ``(header address, slot, log2 slab, sequence number, replayed)``."""
+    ``(header address, slot, log2 slab, sequence number, replayed, kernel id)``."""
     return (
         handle & ADDRESS_MASK,
         handle & SLOT_MASK,
         (handle >> SLAB_SHIFT) & SLAB_MASK,
         (handle >> SEQ_SHIFT) & SEQ_MASK,
         handle & REPLAYED,
+        (handle >> KERNEL_SHIFT) & KERNEL_MASK,
     )
 
 

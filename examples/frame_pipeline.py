@@ -464,6 +464,12 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
                 name = f"overlay-{mode}-{width}x{height}-{index:04d}.png"
                 write_overlay(overlays / name, results[-1][3])
     if mode.startswith("devalloc"):
+        stats = pipeline.arena.stats()
+        by_kernel = ", ".join(f"{name} {count}" for name, count in stats.allocs_by_kernel.items())
+        tqdm.write(
+            f"{label}: {stats.frames} frames in an arena of {stats.capacity_bytes / 2**20:.1f} MiB "
+            f"({stats.device_mallocs} cudaMalloc); in-kernel allocations: {by_kernel}"
+        )
         pipeline.arena.close()
     median = statistics.median(times) * 1e3 if times else float("nan")
     return {
@@ -626,6 +632,7 @@ def main(argv=None):
     print_table(rows)
     for verdict in verdicts:
         print("results", verdict)
+    print(devalloc.stats())
 
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
-"""`ArenaStats`: what `Arena.stats()` returns."""
+"""`ArenaStats`, what `Arena.stats()` returns, and `ProcessStats`, what
+`devalloc.stats()` returns (RMM's and PyTorch's names)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["ArenaStats"]
+__all__ = ["ArenaStats", "ProcessStats"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,16 @@ class ArenaStats:
         Bytes the live frame's arrays (`Arena.empty`) hold, alignment included.
     peak_frame_array_bytes : int
         The most any frame's arrays held.
+    current_allocs : int
+        Successful in-kernel allocations of the live region: the frame so far,
+        or the latest launch outside a frame.
+    frames : int
+        Frames run: ``arena.frame()`` exits and replays of captured graphs.
+    allocs_by_kernel : dict of str to int
+        Successful in-kernel allocations of each kernel, by name, since the
+        arena was made (those of a warp past 2**30 allocations in one launch
+        aside). Past 31 kernels, the others are counted together as
+        ``"<other kernels>"``.
     """
 
     capacity_bytes: int
@@ -58,3 +69,29 @@ class ArenaStats:
     peak_requested_bytes: int = 0
     frame_array_bytes: int = 0
     peak_frame_array_bytes: int = 0
+    current_allocs: int = 0
+    frames: int = 0
+    allocs_by_kernel: dict = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    """devalloc's arenas in this process, at a glance (`devalloc.stats()`).
+
+    Attributes
+    ----------
+    arenas : int
+        Arenas open now.
+    reserved_bytes : int
+        Device memory they hold (their data regions, headers and padding).
+    peak_reserved_bytes : int
+        The most they held at once.
+    device_mallocs : int
+        Device allocations (``cudaMalloc``) made for arenas, one per arena and
+        per resize, since the process started.
+    """
+
+    arenas: int
+    reserved_bytes: int
+    peak_reserved_bytes: int
+    device_mallocs: int
