@@ -10,7 +10,8 @@ Where things are:
 
 host side      arena.py (Arena: reserve, launch bookkeeping, reset, frame, frame
                arrays, stats, resize, close; devalloc.stats()), sizing.py
-               (Arena.run: an arena that sizes itself), capture.py (capture
+               (Arena.run: an arena that sizes itself), ring.py (ArenaRing: frames
+               in flight on several streams), capture.py (capture
                and replay), host_memory.py (an arena's bytes on the GPU),
                cuda_graphs.py (the driver calls of CUDA graphs, a Graph's
                recording), statistics.py, errors.py
@@ -42,6 +43,7 @@ from .errors import (
     PoolMemoryError,
 )
 from .launch import Kernel, kernel
+from .ring import ArenaRing, RingSlot
 from .sizing import Sizing
 from .statistics import ArenaStats, ProcessStats
 
@@ -53,6 +55,7 @@ __all__ = [
     "ArenaClosedError",
     "ArenaOverflowError",
     "ArenaOverflowWarning",
+    "ArenaRing",
     "ArenaStats",
     "CudaError",
     "DevallocError",
@@ -63,6 +66,7 @@ __all__ = [
     "NoGpuError",
     "PoolMemoryError",
     "ProcessStats",
+    "RingSlot",
     "Sizing",
     "kernel",
     "stats",

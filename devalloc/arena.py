@@ -173,6 +173,19 @@ def stats():
     )
 
 
+def close_on_exit(close, exc, what):
+    """``close()`` at the exit of a with statement: if exception `exc` is already on
+    its way, an overflow `close` raises joins it as a note instead of hiding it."""
+    if exc is None:
+        close()
+        return
+    try:
+        close()
+    except ArenaOverflowError as overflow:
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"while closing {what}: {overflow}")
+
+
 def _queue_dropped(reports):
     _dropped.append(reports)
 
@@ -450,6 +463,8 @@ class Arena:
             reports = self._reports
             if reports.record[_EVENT] != reports.seen:
                 self._report_failures(not_launched=launcher._name)
+            if self._memory.check_context:
+                self._require_context(launcher._name)
             stream = launcher._stream
             if stream is not reports.stream and stream != reports.stream:
                 self._move_to(stream)
@@ -471,6 +486,14 @@ class Arena:
                 self._resets += 1
         finally:
             lock.release()
+
+    def _require_context(self, what):
+        """Refuse, before anything is queued, to launch in another GPU's context:
+        the kernel would run there against this arena's memory (an illegal
+        address, and a dead context, seen on two H200s)."""
+        wrong = self._memory.wrong_context()
+        if wrong is not None:
+            raise DevallocError(f"{what}: {wrong}")
 
     def _handle_for(self, warps, slot, names, kernel_name):
         """The handle of a launch of `warps` warps from `slot` (`layout.pack_handle`)
@@ -534,6 +557,8 @@ class Arena:
                 self._report_failures(not_launched=f"a replay of {graph!r}")
             if stream is not reports.stream and stream != reports.stream:
                 self._move_to(stream)
+            if self._memory.check_context:
+                self._require_context(f"a replay of {graph!r}")
             if graph._limit != self._limit_set:
                 self._set_limit(graph._limit, stream)
             reports.names.update(graph._names)
@@ -886,12 +911,5 @@ class Arena:
         return self
 
     def __exit__(self, exc_type, exc, traceback):
-        if exc_type is None:
-            self.close()
-        else:  # do not hide the exception that is already on its way; mention the overflow
-            try:
-                self.close()
-            except ArenaOverflowError as overflow:
-                if hasattr(exc, "add_note"):
-                    exc.add_note(f"while closing the arena: {overflow}")
+        close_on_exit(self.close, exc, "the arena")
         return False

@@ -41,6 +41,11 @@ class GpuMemory:
         except CudaSupportError as error:
             raise NoGpuError(error) from None
         with self._context():
+            context = cuda.current_context()
+            self.gpu = context.device.id
+            self.context_handle = int(context.handle)
+            # Launches check that they run in the arena's context where another can be current.
+            self.check_context = len(cuda.gpus) > 1
             base = self._mem.device_ctypes_pointer.value
             self._header_offset = L.header_offset(base, align)
             end = self._header_offset + L.HEADER_BYTES + capacity
@@ -54,6 +59,22 @@ class GpuMemory:
 
     def _context(self):
         return cuda.gpus[self.device] if self.device is not None else nullcontext()
+
+    def wrong_context(self):
+        """None if launches run in the arena's context now, else what is wrong."""
+        current = int(driver_call(cu.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+        if current == self.context_handle:
+            return None
+        if current == 0:  # a thread's first launch: Numba makes its context current there
+            current = int(cuda.current_context().handle)
+            if current == self.context_handle:
+                return None
+        device = int(driver_call(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+        return (
+            f"the arena is on GPU {self.gpu}, but GPU {device} is current (or another context "
+            f"of it): launch inside `with cuda.gpus[{self.gpu}]:`, or use an arena made on "
+            "the current GPU"
+        )
 
     def write_header(self, words, first=0):
         """Write `words` (int64) into the header from word `first` on."""

@@ -456,3 +456,77 @@ def test_a_debug_kernel_takes_numbas_own_launch_and_works():
         stats = arena.stats()
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)
     assert stats.launches == 2 and stats.total_allocs == 64
+
+
+@devalloc.kernel
+def fill_from_arena(arena, out):
+    t = cuda.grid(1)
+    buf = arena.alloc(1, np.int64)
+    if buf.size == 1 and t < out.size:
+        buf[0] = t + 7
+        out[t] = buf[0]
+
+
+def _new_context():
+    """A second context on GPU 0, made current (cuda.bindings 13 and 12 spell it apart)."""
+    from cuda.bindings import driver as cu
+
+    try:
+        error, context = cu.cuCtxCreate(None, 0, cu.CUdevice(0))
+    except TypeError:
+        error, context = cu.cuCtxCreate(0, cu.CUdevice(0))
+    assert error == cu.CUresult.CUDA_SUCCESS, error
+    return context
+
+
+def test_a_launch_in_another_context_is_refused_before_anything_is_queued():
+    from cuda.bindings import driver as cu
+
+    out = cuda.to_device(np.full(32, -1, np.int64))
+    with devalloc.Arena(1 << 16) as arena:
+        arena._memory.check_context = True  # (as with two GPUs: one GPU, two contexts here)
+        fill_from_arena[1, 32](arena, out)  # its own context: fine
+        context = _new_context()
+        try:
+            with pytest.raises(devalloc.DevallocError, match=r"the arena is on GPU 0, but GPU 0"):
+                fill_from_arena[1, 32](arena, out)
+        finally:
+            cu.cuCtxPopCurrent()
+            cu.cuCtxDestroy(context)
+        fill_from_arena[1, 32](arena, out)
+        stats = arena.stats()
+    assert stats.launches == 2  # the refused launch was not made
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)
+
+
+def test_a_threads_first_launch_takes_numbas_context_and_runs():
+    out = cuda.to_device(np.full(32, -1, np.int64))
+    errors = []
+    with devalloc.Arena(1 << 16) as arena:
+        arena._memory.check_context = True
+
+        def launch():
+            try:
+                fill_from_arena[1, 32](arena, out)
+                arena.check()
+            except Exception as error:  # (reported below)
+                errors.append(error)
+
+        thread = threading.Thread(target=launch)
+        thread.start()
+        thread.join(60)
+    assert errors == []
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)
+
+
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+def test_an_arena_on_the_second_gpu_runs_there_or_says_why():
+    with cuda.gpus[1]:
+        out = cuda.to_device(np.full(32, -1, np.int64))
+    with devalloc.Arena(1 << 16, device=1) as arena:
+        with pytest.raises(devalloc.DevallocError, match=r"on GPU 1, but GPU 0 is current"):
+            fill_from_arena[1, 32](arena, out)  # GPU 0 is current here
+        with cuda.gpus[1]:
+            fill_from_arena[1, 32](arena, out)
+            arena.check()
+            np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)

@@ -18,6 +18,7 @@ class SimMemory:
         if device not in (None, 0):
             raise ValueError(f"the CUDA simulator has one device, 0 (got device={device!r})")
         self.device = device
+        self.check_context = False  # (one simulated GPU, one context)
         # numpy gives no 256-byte alignment, unlike cudaMalloc: pad for the worst case.
         size = L.allocation_bytes(capacity, align)
         try:
