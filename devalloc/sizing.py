@@ -38,16 +38,21 @@ class Sizing:
     max_nbytes: int | None = None
 
     def __post_init__(self):
-        if not self.headroom >= 1:
-            raise ValueError(f"headroom must be at least 1 (got {self.headroom!r})")
-        if not self.growth > 1:
-            raise ValueError(f"growth must be more than 1 (got {self.growth!r})")
+        if not _finite(self.headroom) or not self.headroom >= 1:
+            raise ValueError(f"headroom must be a finite number, 1 or more (got {self.headroom!r})")
+        if not _finite(self.growth) or not self.growth > 1:
+            raise ValueError(f"growth must be a finite number, more than 1 (got {self.growth!r})")
         if isinstance(self.measure, bool) or not isinstance(self.measure, int) or self.measure < 1:
             raise ValueError(f"measure must be an int, 1 or more (got {self.measure!r})")
         if self.max_nbytes is not None and not (
             isinstance(self.max_nbytes, int) and self.max_nbytes > 0
         ):
             raise ValueError(f"max_nbytes must be a positive int or None (got {self.max_nbytes!r})")
+
+
+def _finite(number):
+    is_number = isinstance(number, (int, float)) and not isinstance(number, bool)
+    return is_number and math.isfinite(number)
 
 
 def run_sized(arena, frame, args, kwargs):

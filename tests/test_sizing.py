@@ -163,7 +163,9 @@ def test_errors_of_the_frame_itself_pass_through():
 @pytest.mark.parametrize(
     "kwargs, message",
     [({"headroom": 0.5}, "headroom"), ({"growth": 1}, "growth"), ({"measure": 0}, "measure"),
-     ({"measure": True}, "measure"), ({"max_nbytes": -1}, "max_nbytes")],
+     ({"measure": True}, "measure"), ({"max_nbytes": -1}, "max_nbytes"),
+     ({"growth": float("inf")}, "finite"), ({"headroom": float("nan")}, "finite"),
+     ({"headroom": "2"}, "finite"), ({"growth": True}, "finite")],
 )  # fmt: skip
 def test_bad_sizing_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
