@@ -14,7 +14,9 @@ devalloc  the frame's temporaries from one arena: the fixed-size ones as frame
           and sizes the arena: 1.5 times the peak of the first frames, doubled
           (and the frame run again) should one outgrow it; --arena-mib gives a
           fixed size instead. --strategy picks the in-kernel allocator
-          (warp_slab, the default, or bump).
+          (warp_slab, the default, or bump). --streams N also runs it with N
+          frames in flight (``devalloc.ArenaRing``: an arena, a stream, a
+          camera buffer and outputs per slot) and with 1, timing whole runs.
 malloc    every temporary from ``cuda.device_array`` each frame; the lists by
           the classic count pass, copy to host, allocate, second pass.
 malloc-pool  `malloc` under devalloc's Numba memory manager
@@ -120,7 +122,7 @@ class Camera:
         self.source = iter(input_images(source)) if source else None
         self.photo = None if source else cuda.to_device(sample_photo())
 
-    def frame(self, index):
+    def frame(self, index, stream=0):
         if self.source is not None:
             try:
                 self.photo = cuda.to_device(next(self.source))
@@ -133,7 +135,9 @@ class Camera:
             phase = index / 24.0
             center = (pw * (0.5 + 0.18 * np.sin(phase)), ph * (0.5 + 0.12 * np.cos(0.7 * phase)))
             zoom = 0.55 + 0.25 * (1 + np.sin(0.5 * phase)) / 2
-        K.render[self.grid, PIXEL_BLOCK](self.photo, self.rgb, center[0], center[1], zoom, index)
+        K.render[self.grid, PIXEL_BLOCK, stream](
+            self.photo, self.rgb, center[0], center[1], zoom, index
+        )
         return True
 
 
@@ -306,6 +310,18 @@ class Malloc:
         return edges
 
 
+def devalloc_frame(arena, camera, out, buffers, stream=0, devalloc_stream=None):
+    """One frame's work on `arena`: frame arrays for the fixed-size buffers, then
+    the stages; returns the edge map. Devalloc kernels launch on
+    `devalloc_stream` (none: the arena's own, or inside a capture the graph's)."""
+    buf = allocate(buffers, arena.empty)
+    edges = edges_of(camera, buf, stream)
+    at = (out.tiles, TILE_BLOCK) if devalloc_stream is None else (out.tiles, TILE_BLOCK, stream)
+    K.arena_lists[at](arena, edges, buf["blur"], buf["table"])
+    K.arena_consume[at](arena, buf["table"], camera.rgb, out.palette, out.hist, out.overlay)
+    return edges
+
+
 class Devalloc:
     """The frame's temporaries from one arena: frame arrays for the fixed-size
     ones, and each tile's list allocated in-kernel by the thread that counted
@@ -335,13 +351,7 @@ class Devalloc:
     def _launches(self, stream=0):
         """The frame's work: devalloc kernels need no stream (inside a capture
         they are recorded on the graph's), the others take `stream`."""
-        arena, out = self.arena, self.out
-        buf = allocate(self.buffers, arena.empty)
-        edges = edges_of(self.camera, buf, stream)
-        K.arena_lists[out.tiles, TILE_BLOCK](arena, edges, buf["blur"], buf["table"])
-        K.arena_consume[out.tiles, TILE_BLOCK](
-            arena, buf["table"], self.camera.rgb, out.palette, out.hist, out.overlay
-        )
+        edges = devalloc_frame(self.arena, self.camera, self.out, self.buffers, stream)
         frame_queued(self)
         return edges
 
@@ -488,6 +498,48 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
     }, results
 
 
+def run_streamed(height, width, frames, warmup, keep, streams, strategy):
+    """`devalloc` with `streams` frames in flight (`devalloc.ArenaRing`): each
+    slot has its arena, its stream, its camera buffer and its outputs; frames
+    take the slots in turn and nothing waits on the host between them. Times
+    the whole run (frames/s), not each frame; keeps the frames in `keep`."""
+    label = f"devalloc x{streams} {width}x{height}"
+    sizer = Devalloc(Camera(height, width), Outputs(height, width), height, width)
+    for index in range(3):  # the arena's size, as `devalloc` measures it
+        sizer.camera.frame(index)
+        sizer.process()
+    capacity = sizer.arena.capacity
+    sizer.arena.close()
+    buffers = fixed_buffers(height, width)
+    slots = [(Camera(height, width), Outputs(height, width)) for _ in range(streams)]
+    results, began = [], None
+    with devalloc.ArenaRing(streams, capacity, strategy=strategy) as ring:
+        for index in tqdm(range(warmup + frames), desc=label, leave=False, disable=None):
+            if index == warmup:
+                cuda.synchronize()
+                began = time.perf_counter()
+            camera, out = slots[index % streams]
+            with ring.frame() as slot:
+                camera.frame(index, slot.stream)
+                edges = devalloc_frame(slot.arena, camera, out, buffers, slot.stream, slot.stream)
+                if index in keep:  # (copies on the slot's stream, the arrays' own)
+                    kept = (edges.copy_to_host(), out.hist.copy_to_host(stream=slot.stream),
+                            out.overlay.copy_to_host(stream=slot.stream))  # fmt: skip
+                    slot.stream.synchronize()
+                    results.append((index, *kept))
+        cuda.synchronize()
+        elapsed = time.perf_counter() - began
+        ring.check()
+    median = elapsed / frames * 1e3
+    nan = float("nan")
+    return {
+        "mode": f"devalloc x{streams}", "strategy": strategy, "size": f"{width}x{height}",
+        "frames": frames, "median_ms": median, "fps": 1e3 / median, "host_ms": nan,
+        "gpu_ms": nan, "setup_mallocs": nan, "mallocs_per_frame": 0,
+        "peak_mib": streams * capacity / 2**20, "device_used_mib": nan,
+    }, results  # fmt: skip
+
+
 def run_under_pool(height, width, frames, warmup, source, keep, overlays):
     """`run_mode` of malloc-pool, in a process whose Numba memory manager is
     devalloc's pool (the manager is chosen before CUDA starts)."""
@@ -573,6 +625,9 @@ def main(argv=None):
                         help="the devalloc arena's allocator strategy")  # fmt: skip
     parser.add_argument("--benchmark", action="store_true",
                         help="1920x1080 and 3840x2160, results file in --out")  # fmt: skip
+    parser.add_argument("--streams", type=int, default=1,
+                        help="frames in flight: above 1, devalloc also runs with that many "
+                             "streams (devalloc.ArenaRing), and with 1 to compare")  # fmt: skip
     # (for run_under_pool: the frames to keep, and where to leave one mode's results)
     parser.add_argument("--keep", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
@@ -586,6 +641,10 @@ def main(argv=None):
     warmup = args.warmup if args.warmup is not None else (3 if gpu else 0)
     if frames < 1 or warmup < 0:
         parser.error("--frames must be at least 1 and --warmup at least 0")
+    if not 1 <= args.streams <= 64:
+        parser.error(f"--streams must be from 1 to 64 (got {args.streams})")
+    if args.streams > 1 and args.input is not None:
+        parser.error("--streams renders its own frames: it takes no --input")
     if args.input is not None and not Path(args.input).exists():
         parser.error(f"--input {args.input}: no such file or folder")
     where = (
@@ -627,7 +686,13 @@ def main(argv=None):
                 args.out if write else None, args.strategy,
             )  # fmt: skip
             rows.append(row)
-        if len(modes) > 1:
+        if args.streams > 1:  # the same frames in flight on one stream, then on several
+            for streams in (1, args.streams):
+                row, results[row["mode"]] = run_streamed(
+                    height, width, frames, warmup, keep, streams, args.strategy
+                )
+                rows.append(row)
+        if len(results) > 1:
             verdicts.append(f"{width}x{height}: " + compare(results))
     print_table(rows)
     for verdict in verdicts:

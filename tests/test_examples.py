@@ -128,3 +128,23 @@ def test_frame_pipeline_refuses_bad_options(args, message):
     result = run_pipeline(*args, timeout=120)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_frame_pipeline_with_frames_in_flight_gives_the_same_results():
+    result = run_pipeline(
+        "--mode", "devalloc", "--size", "24x16", "--frames", "3", "--warmup", "0",
+        "--streams", "3",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "identical across devalloc, devalloc x1, devalloc x3 (3 frames checked" in (
+        result.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(("--streams", "0"), "from 1 to 64"), (("--streams", "2", "--input", "."), "no --input")],
+)
+def test_frame_pipeline_refuses_bad_streams(args, message):
+    result = run_pipeline("--mode", "devalloc", *args)
+    assert result.returncode == 2 and message in result.stderr

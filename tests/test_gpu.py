@@ -519,8 +519,9 @@ def test_a_threads_first_launch_takes_numbas_context_and_runs():
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)
 
 
-@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
 def test_an_arena_on_the_second_gpu_runs_there_or_says_why():
+    if len(cuda.gpus) < 2:
+        pytest.skip("needs two GPUs")
     with cuda.gpus[1]:
         out = cuda.to_device(np.full(32, -1, np.int64))
     with devalloc.Arena(1 << 16, device=1) as arena:
