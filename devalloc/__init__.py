@@ -22,6 +22,7 @@ Numba glue     launch.py (@kernel, wrapper kernel, launches), numba_arena.py
                internals)
 shared         layout.py (header words, handle bits, block state, strategies)
 the switch     backend.py: the GPU's modules above or their simulator twins
+integrations   dask.py: each Dask worker's arena (a worker plugin)
 allocators/    numba.py: a Numba memory manager (every cuda.device_array from a
                cudaMallocAsync pool)
 simulator/     the twins, module for module, for Numba's CUDA simulator:

@@ -14,7 +14,20 @@ __all__ = [
 
 
 class DevallocError(Exception):
-    """Base class of all devalloc errors."""
+    """Base class of all devalloc errors. They pickle (a Dask task's error, or a
+    process pool's, reaches the caller whole): those whose constructor takes
+    more than the message keep its arguments for that."""
+
+    _init = None  # (args, kwargs) of the constructor, where it is not (message,)
+
+    def __reduce__(self):
+        if self._init is None:
+            return super().__reduce__()
+        return (_rebuild, (type(self), *self._init), self.__dict__)
+
+
+def _rebuild(cls, args, kwargs):
+    return cls(*args, **kwargs)
 
 
 class ArenaClosedError(DevallocError, RuntimeError):
@@ -33,6 +46,7 @@ class DeviceMemoryError(DevallocError, MemoryError):
     """
 
     def __init__(self, requested, free, where="the device"):
+        self._init = ((requested, free, where), {})
         self.requested = requested
         self.free = free
         has = "" if free is None else f"; {where} has {free} bytes free"
@@ -43,6 +57,7 @@ class NoGpuError(DevallocError, RuntimeError):
     """There is no CUDA GPU to reserve an arena on."""
 
     def __init__(self, cause):
+        self._init = ((cause,), {})
         super().__init__(
             f"no CUDA GPU is available ({cause}). To run on Numba's CUDA simulator "
             "instead, set NUMBA_ENABLE_CUDASIM=1 before numba is imported."
@@ -83,6 +98,7 @@ class ArenaOverflowError(DevallocError, MemoryError):
     """
 
     def __init__(self, kernel, capacity, requested, failed, not_launched=None, *, free=None):
+        self._init = ((kernel, capacity, requested, failed, not_launched), {"free": free})
         self.kernel = kernel
         self.capacity = capacity
         self.requested = requested
@@ -126,6 +142,7 @@ class PoolMemoryError(DeviceMemoryError):
     """
 
     def __init__(self, requested, free, where="the device"):
+        self._init = ((requested, free, where), {})
         self.requested = requested
         self.free = free
         has = "" if free is None else f"; {where} has {free} bytes free"
@@ -142,6 +159,7 @@ class CudaError(DevallocError, RuntimeError):
     """
 
     def __init__(self, status, what):
+        self._init = ((status, what), {})
         self.status = status
         super().__init__(f"{what} failed: {status}")
 

@@ -322,6 +322,27 @@ def devalloc_frame(arena, camera, out, buffers, stream=0, devalloc_stream=None):
     return edges
 
 
+_TASK_STATE = {}  # (worker, width, height) -> its camera, outputs and buffer list
+
+
+def frame_task(index, width, height):
+    """Frame `index` as a Dask task (examples/dask_pipeline.py), in the worker's
+    arena (`devalloc.dask.worker_arena`), sized by ``arena.run``: returns the
+    index, the count of edge pixels and the tiles' histograms."""
+    from distributed import get_worker
+
+    from devalloc.dask import worker_arena
+
+    key = (get_worker().address, width, height)
+    if key not in _TASK_STATE:
+        _TASK_STATE[key] = Camera(height, width), Outputs(height, width)
+    camera, out = _TASK_STATE[key]
+    camera.frame(index)
+    arena = worker_arena()
+    edges = arena.run(devalloc_frame, arena, camera, out, fixed_buffers(height, width))
+    return index, int(edges.copy_to_host().sum()), out.hist.copy_to_host()
+
+
 class Devalloc:
     """The frame's temporaries from one arena: frame arrays for the fixed-size
     ones, and each tile's list allocated in-kernel by the thread that counted

@@ -1,0 +1,94 @@
+"""`devalloc.dask`: each Dask worker owns an arena; tasks use it, their overflow
+reaches the client whole, and the arenas close with the workers."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import devalloc
+
+distributed = pytest.importorskip("distributed")
+from devalloc.dask import ArenaPlugin, worker_arena  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@devalloc.kernel
+def take(arena, nbytes, out):
+    out[cuda.grid(1)] = arena.alloc(nbytes, np.uint8).size
+
+
+def allocate_in_a_task(nbytes):
+    """A task: 32 threads each allocate `nbytes` in the worker's arena, in a frame."""
+    arena = worker_arena()
+    out = cuda.to_device(np.full(32, -1, np.int64))
+    with arena.frame():
+        take[1, 32](arena, nbytes, out)
+    return id(arena), out.copy_to_host().tolist()
+
+
+@pytest.fixture
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+def test_each_worker_gets_an_arena_and_tasks_use_it(client):
+    before = devalloc.stats().arenas
+    client.register_plugin(ArenaPlugin(1 << 16))
+    assert devalloc.stats().arenas == before + 2  # (in-process workers: counted here)
+    results = client.gather(client.map(allocate_in_a_task, [16] * 6, pure=False))
+    assert all(sizes == [16] * 32 for _, sizes in results)
+    assert 1 <= len({arena for arena, _ in results}) <= 2
+
+
+def test_an_overflow_in_a_task_reaches_the_client_whole(client):
+    client.register_plugin(ArenaPlugin(1024))
+    future = client.submit(allocate_in_a_task, 4096, pure=False)
+    with pytest.raises(devalloc.ArenaOverflowError) as error:
+        future.result()
+    assert error.value.kernel == "take" and error.value.capacity == 1024
+    assert error.value.requested == 4096 and error.value.failed == 32
+
+
+def test_the_arenas_close_with_the_workers():
+    before = devalloc.stats().arenas
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with cluster, distributed.Client(cluster) as client:
+        client.register_plugin(ArenaPlugin(1 << 16))
+        assert devalloc.stats().arenas == before + 2
+    assert devalloc.stats().arenas == before
+
+
+def test_a_worker_arena_needs_a_task_and_the_plugin(client):
+    with pytest.raises(devalloc.DevallocError, match="call it in a task"):
+        worker_arena()
+    with pytest.raises(devalloc.DevallocError, match="register one"):
+        client.submit(allocate_in_a_task, 16, pure=False).result()
+
+
+def test_bad_sizes_are_refused_on_the_client():
+    with pytest.raises(ValueError, match="positive"):
+        ArenaPlugin(0)
+
+
+@pytest.mark.slow
+def test_the_dask_pipeline_example_matches_frames_computed_locally():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "dask_pipeline.py"), "--frames", "4"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "frames [0, 1] identical to the same frames computed here" in result.stdout
