@@ -148,3 +148,20 @@ def test_frame_pipeline_with_frames_in_flight_gives_the_same_results():
 def test_frame_pipeline_refuses_bad_streams(args, message):
     result = run_pipeline("--mode", "devalloc", *args)
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_attention_example_matches_numpy_in_every_mode():
+    example = ROOT / "examples" / "attention_scratch.py"
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
+    result = subprocess.run(
+        [sys.executable, str(example), "--steps", "2", "--longest", "20", "--threads", "8"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "every mode's output matches NumPy's" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in (
+        ["devalloc"], ["malloc"], ["prealloc"])]  # fmt: skip
+    assert [row[0] for row in rows] == ["devalloc", "malloc", "prealloc"]
+    # Held scratch: exactly what a step needs (malloc) is less than the worst case.
+    assert float(rows[1][2]) < float(rows[2][2])

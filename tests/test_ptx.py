@@ -77,10 +77,11 @@ def compile_all(module):
 
 
 @pytest.mark.ptx
-@pytest.mark.parametrize("module_name", ["kernels.bench", "kernels.image"])
+@pytest.mark.parametrize("module_name", ["kernels.bench", "kernels.image", "attention_scratch"])
 def test_every_kernel_compiles_for_sm90(module_name):
     import importlib
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
     module = importlib.import_module(module_name)
     compiled = compile_all(module)
     assert len(compiled) >= len(module.PTX_SIGNATURES)
