@@ -1,7 +1,7 @@
 """The frame pipeline's frames as Dask tasks: each worker owns its arena.
 
     python examples/dask_pipeline.py                    # a worker per GPU (dask-cuda), or
-                                                        # 2 CPU workers on the simulator
+                                                        # one on the simulator
     python examples/dask_pipeline.py --frames 400 --size 3840x2160
 
 Each frame is one task (`frame_pipeline.frame_task`): the worker renders it,
@@ -10,9 +10,10 @@ made when the worker starts, closed when it stops, sized by ``arena.run``) and
 returns the edge count and histograms. The run checks a few frames against the
 same frames computed here, and reports frames per second. With ``dask-cuda``
 installed and GPUs present it uses ``LocalCUDACluster`` (a worker per GPU);
-otherwise a ``LocalCluster`` of CPU workers, which on the simulator run the
-same code. The same client code would drive workers on other machines: Dask
-moves the frames and results, devalloc keeps each worker's memory.
+otherwise a ``LocalCluster`` of CPU workers; on the simulator, one worker in
+this process, running the same code. The same client code would drive workers
+on other machines: Dask moves the frames and results, devalloc keeps each
+worker's memory.
 """
 
 import argparse
@@ -47,7 +48,10 @@ def make_cluster(workers, gpu):
             print("dask-cuda is not installed: CPU workers, each using the current GPU")
         else:
             return LocalCUDACluster(n_workers=workers)
-    return LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
+    # On the simulator: one worker, in this process (the simulator runs one kernel
+    # at a time; worker processes only add their start-up).
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=not SIMULATOR,
+                        dashboard_address=None)  # fmt: skip
 
 
 def reference(frames, width, height):
@@ -69,13 +73,15 @@ def main(argv=None):
     parser.add_argument("--size", type=P.parse_size, default=None,
                         help="WIDTHxHEIGHT (default 1920x1080; 24x16 simulated)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=None,
-                        help="workers (default: one per GPU, or 2)")  # fmt: skip
+                        help="workers (default: one per GPU; 1 on the simulator)")  # fmt: skip
     parser.add_argument("--check", type=int, default=2, help="frames checked here")
     args = parser.parse_args(argv)
     width, height = args.size or ((1920, 1080) if gpu else (24, 16))
-    workers = args.workers or (len(cuda.gpus) if gpu else 2)
+    workers = args.workers or (len(cuda.gpus) if gpu else 1)
     if args.frames < 1 or workers < 1 or args.check < 0:
         parser.error("--frames and --workers must be at least 1, --check at least 0")
+    if SIMULATOR and workers > 1:
+        parser.error("the simulator runs one kernel at a time: one worker (--workers 1)")
 
     with make_cluster(workers, gpu) as cluster, Client(cluster) as client:
         client.register_plugin(ArenaPlugin(1 << 20))
