@@ -765,8 +765,7 @@ class Arena:
         if start >= 0 and self._capture is None:
             # The frame's launches may have allocated up to the LIMIT: see how far.
             self._memory.synchronize(self._reports.stream)
-            words = np.empty(L.HEADER_WORDS, np.int64)
-            self._memory.read_header(words)
+            words = self._header_words()
             used = int(words[L.slot_base(self._slot) + L.CURSOR])
             if start >= min(used, self._capacity):
                 self._limit = start
@@ -783,42 +782,50 @@ class Arena:
         """
         with self._lock:
             self.check()
-            words = np.empty(L.HEADER_WORDS, np.int64)
-            self._memory.read_header(words)
-            slots = [words[L.slot_base(s) : L.slot_base(s) + L.SLOT_WORDS] for s in (0, 1)]
-            used = [min(int(slot[L.CURSOR]), self._capacity) for slot in slots]
-            # A slot's counts: its own words and what its blocks left in its count lines.
-            shards = [[L.shard_base(s, k) for k in range(L.COUNT_SHARDS)] for s in (0, 1)]
-            allocs = [
-                int(slot[L.ALLOCS]) + sum(int(words[b + L.SHARD_ALLOCS]) for b in bases)
-                for slot, bases in zip(slots, shards)
-            ]
-            requested = [
-                (int(slot[L.REQUESTED]) + sum(int(words[b + L.SHARD_GRANULES]) for b in bases)) << 4
-                for slot, bases in zip(slots, shards)
-            ]
-            arrays = self._capacity - self._top
-            by_kernel = {}
-            for name, kernel in self._kernel_ids.items():
-                name = OTHER_KERNELS if kernel == L.KERNEL_MASK else name
-                by_kernel[name] = int(words[L.KERNEL_ALLOCS + kernel])
-            return ArenaStats(
-                capacity_bytes=self._capacity,
-                current_bytes=used[self._slot] + arrays,
-                peak_bytes=max(int(words[L.PEAK]), *used) + max(self._peak_arrays, arrays),
-                total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(allocs),
-                failed_allocs=int(words[L.TOTAL_FAILED]) + sum(int(s[L.FAILED]) for s in slots),
-                resets=self._resets,
-                launches=self._launches,
-                device_mallocs=self._device_mallocs,
-                requested_bytes=requested[self._slot],
-                peak_requested_bytes=max(int(words[L.PEAK_REQUESTED]) << 4, *requested),
-                frame_array_bytes=arrays,
-                peak_frame_array_bytes=max(self._peak_arrays, arrays),
-                current_allocs=allocs[self._slot],
-                frames=self._frames,
-                allocs_by_kernel=by_kernel,
-            )
+            return self._stats_of(self._header_words())
+
+    def _header_words(self):
+        """The header as the device left it (int64 words): a copy to the host."""
+        words = np.empty(L.HEADER_WORDS, np.int64)
+        self._memory.read_header(words)
+        return words
+
+    def _stats_of(self, words):
+        """`stats` from the header's `words`, read after the launches finished."""
+        slots = [words[L.slot_base(s) : L.slot_base(s) + L.SLOT_WORDS] for s in (0, 1)]
+        used = [min(int(slot[L.CURSOR]), self._capacity) for slot in slots]
+        # A slot's counts: its own words and what its blocks left in its count lines.
+        shards = [[L.shard_base(s, k) for k in range(L.COUNT_SHARDS)] for s in (0, 1)]
+        allocs = [
+            int(slot[L.ALLOCS]) + sum(int(words[b + L.SHARD_ALLOCS]) for b in bases)
+            for slot, bases in zip(slots, shards)
+        ]
+        requested = [
+            (int(slot[L.REQUESTED]) + sum(int(words[b + L.SHARD_GRANULES]) for b in bases)) << 4
+            for slot, bases in zip(slots, shards)
+        ]
+        arrays = self._capacity - self._top
+        by_kernel = {}
+        for name, kernel in self._kernel_ids.items():
+            name = OTHER_KERNELS if kernel == L.KERNEL_MASK else name
+            by_kernel[name] = int(words[L.KERNEL_ALLOCS + kernel])
+        return ArenaStats(
+            capacity_bytes=self._capacity,
+            current_bytes=used[self._slot] + arrays,
+            peak_bytes=max(int(words[L.PEAK]), *used) + max(self._peak_arrays, arrays),
+            total_allocs=int(words[L.TOTAL_ALLOCS]) + sum(allocs),
+            failed_allocs=int(words[L.TOTAL_FAILED]) + sum(int(s[L.FAILED]) for s in slots),
+            resets=self._resets,
+            launches=self._launches,
+            device_mallocs=self._device_mallocs,
+            requested_bytes=requested[self._slot],
+            peak_requested_bytes=max(int(words[L.PEAK_REQUESTED]) << 4, *requested),
+            frame_array_bytes=arrays,
+            peak_frame_array_bytes=max(self._peak_arrays, arrays),
+            current_allocs=allocs[self._slot],
+            frames=self._frames,
+            allocs_by_kernel=by_kernel,
+        )
 
     # -- sizing ------------------------------------------------------------------------
 
@@ -870,9 +877,9 @@ class Arena:
             self._require_open()
             if self._in_frame or self._capture is not None:
                 raise DevallocError("resize the arena outside arena.frame() and arena.capture()")
-            stats = self.stats()  # waits; raises a pending overflow
-            kernel_allocs = np.empty(L.HEADER_WORDS, np.int64)
-            self._memory.read_header(kernel_allocs)
+            self.check()  # waits; raises a pending overflow
+            words = self._header_words()
+            stats = self._stats_of(words)
             old_reports, old_release = self._reports, self._release
             release_dropped()
             self._occupy(
@@ -880,7 +887,7 @@ class Arena:
                 self._memory.device,
                 old_reports.stream,
                 (stats.total_allocs, stats.failed_allocs),
-                kernel_allocs[L.KERNEL_ALLOCS : L.KERNEL_ALLOCS + L.KERNEL_IDS],
+                words[L.KERNEL_ALLOCS : L.KERNEL_ALLOCS + L.KERNEL_IDS],
             )
             self._moves += 1
             old_release.detach()

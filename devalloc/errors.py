@@ -45,12 +45,14 @@ class DeviceMemoryError(DevallocError, MemoryError):
         Bytes the device had free, where known.
     """
 
+    _what = "reserve an arena of {} bytes"  # what could not be done, in the message
+
     def __init__(self, requested, free, where="the device"):
         self._init = ((requested, free, where), {})
         self.requested = requested
         self.free = free
         has = "" if free is None else f"; {where} has {free} bytes free"
-        super().__init__(f"cannot reserve an arena of {requested} bytes{has}")
+        super().__init__(f"cannot {self._what.format(requested)}{has}")
 
 
 class NoGpuError(DevallocError, RuntimeError):
@@ -141,12 +143,7 @@ class PoolMemoryError(DeviceMemoryError):
         Bytes the device had free, where known.
     """
 
-    def __init__(self, requested, free, where="the device"):
-        self._init = ((requested, free, where), {})
-        self.requested = requested
-        self.free = free
-        has = "" if free is None else f"; {where} has {free} bytes free"
-        MemoryError.__init__(self, f"cannot allocate {requested} bytes from the memory pool{has}")
+    _what = "allocate {} bytes from the memory pool"
 
 
 class CudaError(DevallocError, RuntimeError):

@@ -49,6 +49,22 @@ class Sizing:
         ):
             raise ValueError(f"max_nbytes must be a positive int or None (got {self.max_nbytes!r})")
 
+    def grown(self, capacity, overflow):
+        """The size to run a frame again in after `overflow` (an
+        `ArenaOverflowError`) in an arena of `capacity` bytes, or None when no
+        larger arena would do (an invalid request, or `max_nbytes` reached)."""
+        if not 0 <= overflow.requested <= MAX_CAPACITY:  # invalid, or more than any arena holds
+            return None
+        larger = max(math.ceil(capacity * self.growth), capacity + overflow.requested)
+        larger = min(larger, MAX_CAPACITY)
+        if larger <= capacity:
+            return None
+        if self.max_nbytes is not None:
+            if capacity >= self.max_nbytes:
+                return None
+            larger = min(larger, self.max_nbytes)
+        return larger
+
 
 def _finite(number):
     is_number = isinstance(number, (int, float)) and not isinstance(number, bool)
@@ -63,7 +79,7 @@ def run_sized(arena, frame, args, kwargs):
                 result = frame(*args, **kwargs)
             break
         except ArenaOverflowError as overflow:
-            larger = _grown(arena, overflow)
+            larger = arena.sizing.grown(arena.capacity, overflow)
             if larger is None:
                 raise
             try:
@@ -76,22 +92,6 @@ def run_sized(arena, frame, args, kwargs):
         if arena._measured >= arena.sizing.measure:
             _settle(arena)
     return result
-
-
-def _grown(arena, overflow):
-    """The size to run an overflowing frame again in, or None to raise."""
-    sizing = arena.sizing
-    if not 0 <= overflow.requested <= MAX_CAPACITY:  # invalid, or more than any arena holds
-        return None
-    larger = max(math.ceil(arena.capacity * sizing.growth), arena.capacity + overflow.requested)
-    larger = min(larger, MAX_CAPACITY)
-    if larger <= arena.capacity:
-        return None
-    if sizing.max_nbytes is not None:
-        if arena.capacity >= sizing.max_nbytes:
-            return None
-        larger = min(larger, sizing.max_nbytes)
-    return larger
 
 
 def _settle(arena):

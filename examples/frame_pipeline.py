@@ -400,11 +400,12 @@ class DevallocGraph(Devalloc):
         frame_queued(self)
         try:
             self.arena.check()
-        except devalloc.ArenaOverflowError:
-            if self.fixed_size:
+        except devalloc.ArenaOverflowError as overflow:
+            larger = self.arena.sizing.grown(self.arena.capacity, overflow)
+            if self.fixed_size or larger is None:
                 raise
             tqdm.write("a frame outgrew the arena: growing it and capturing the frame again")
-            self.arena.resize(int(self.arena.capacity * self.arena.sizing.growth))
+            self.arena.resize(larger)
             self.graph = None
             return self.process()
         return self.edges
