@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One call of the device tool: the GPU suite, the benchmarks, the frame pipeline,
 # pytest-benchmark and compute-sanitizer, each under a time cap, with logs under
-# $OUT and everything else in $OUT/results.tar.gz. Stages default to all of them.
+# $OUT and everything else in $OUT/results.tar.gz. Stages default to all of them
+# but `compare` (every comparison with other tools: a call of its own, ~8 minutes).
 #   device run:  bash benchmarks/h200.sh                        (carry: [".whl"])
+#                bash benchmarks/h200.sh compare   (carry: [".whl", ".whl-peers", ".peers"])
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT/all"
 stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
@@ -39,6 +41,14 @@ for stage in $stages; do
         cp "$OUT/all/allocators.json" "$OUT/" ;;
     pipeline) timeout 180 python3 examples/frame_pipeline.py --benchmark --frames 200 --out "$OUT/all/pipeline" \
         2>&1 | tee "$OUT/pipeline.log" | tail -16; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;
+    compare) # every comparison with other tools (benchmarks/compare.py), one results file;
+        # Gallatin and Ouroboros from .peers/ (benchmarks/build_peers.sh), RMM from .whl-peers/
+        if [ -d .whl-peers ]; then
+          python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl-peers/*.whl
+        fi
+        timeout 540 python3 benchmarks/run.py --suites --compare all --out "$OUT/all/compare.json" \
+          2>&1 | tee "$OUT/compare.log" | tail -40 ;;
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
         --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/host-pools.log" | tail -14
         cp "$OUT/all/host-pools.json" "$OUT/" ;;

@@ -1,29 +1,46 @@
-"""Host time to allocate and drop one 1080p frame's temporaries, library by library.
+"""Host time to allocate and free device memory, library by library: a 1080p
+frame's temporaries, or one buffer of each size from 4 KiB to 1 GiB.
 
     python benchmarks/host_pools.py --frames 1000 --out benchmarks/results/h200-host-pools.json
     python benchmarks/host_pools.py --rows numba-default devalloc-pool --frames 200
+    python benchmarks/host_pools.py --workload sizes --sizes 4KiB 1MiB 16MiB 100MiB 1GiB
 
-One frame: the 13 temporaries of a 1080p image pipeline (`FRAME`, 58.2 MB) are
-allocated, then all dropped. What is measured is the host's time for that
-(``perf_counter_ns`` around each frame) and nothing else: no kernel runs, and
-the device is synchronized between frames, outside the timing, so no row
-builds up a queue. After ``--warmup`` untimed frames, ``--frames`` frames are
-timed; the table gives the median and the 10th and 90th percentiles per frame.
+Two workloads (``--workload``), each timed one unit at a time:
+
+* ``frame`` (the default): the 13 temporaries of a 1080p image pipeline
+  (`FRAME`, 58.2 MB) are allocated, then all dropped.
+* ``sizes``: one buffer of ``--sizes`` bytes is allocated and dropped, for
+  each size in turn: allocate + free against size.
+
+What is measured is the host's time for that (``perf_counter_ns`` around each
+unit) and nothing else: no kernel runs (except in the ``devalloc-kernel`` row,
+whose unit is one launch of a kernel that allocates on the GPU: its figure is
+that launch's host time), and the device is synchronized between units,
+outside the timing, so no row builds up a queue. After ``--warmup`` untimed
+units, ``--frames`` units are timed (for each size); ``--budget`` stops a
+size's timed units early once that many seconds have passed (never before
+`MIN_REPS`; by default 5 s for sizes, no limit for the frame), and the JSON
+gives how many were timed (``reps``). The table gives the median and the 10th
+and 90th percentiles per unit.
 
 Each row runs in a process of its own: Numba's memory manager is chosen once
 per process, and no library's pool should see another's. A row whose library
 or API is missing here is skipped with the reason. Writes the results (with
-the GPU, the versions and the date) as JSON to ``--out`` and, with
-matplotlib, a bar chart beside it (same name, ``.png``).
+the GPU, the versions and the date) as JSON to ``--out`` (by default
+``benchmarks/results/host-pools-DATE.json``, or ``host-sizes-DATE.json`` for
+sizes) and, with matplotlib, a chart beside it (same name, ``.png``): bars for
+the frame, one line per row against size for sizes.
 """
 
 import argparse
 import dataclasses
 import datetime
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +66,44 @@ FRAME = [
 ]
 FRAME_BYTES = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for _, shape, dtype in FRAME)
 BASELINE = "numba-default"
+SIZES = ["4KiB", "1MiB", "16MiB", "100MiB", "1GiB"]  # the sizes workload's default
+BUDGET_S = 5.0  # the sizes workload's default --budget, seconds of timed units per size
+MIN_REPS = 20  # --budget never stops a size before this many timed units
+
+
+def nbytes(shape, dtype):
+    return int(np.prod(shape)) * np.dtype(dtype).itemsize
+
+
+def workload_units(workload, sizes):
+    """What a row times, in turn: units, each a list of (shape, dtype) that are
+    allocated together and then dropped together."""
+    if workload == "frame":
+        return [[(shape, dtype) for _, shape, dtype in FRAME]]
+    return [[((size,), np.uint8)] for size in sizes]
+
+
+BYTE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+BYTE_UNITS.update({"kb": 10**3, "mb": 10**6, "gb": 10**9})
+
+
+def parse_size(text):
+    """'4KiB' -> 4096: a positive whole number of bytes, with an optional unit."""
+    match = re.fullmatch(r"(\d+)\s*([a-z]*)", text.strip(), re.IGNORECASE)
+    unit = BYTE_UNITS.get(match[2].lower()) if match else None
+    if unit is None or int(match[1]) == 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive size such as 4096, 4KiB, 16MiB or 1GiB (got {text!r})"
+        )
+    return int(match[1]) * unit
+
+
+def size_label(size):
+    """4096 -> '4KiB' (what parse_size reads back)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return f"{size}B"
 
 
 class Skip(Exception):
@@ -63,7 +118,47 @@ def need(module):
         raise Skip(f"{module} is not installed ({error})") from None
 
 
-# -- the rows: each returns (frame, synchronize, details) -----------------------------
+def need_api(module, path):
+    """`module`'s attribute at the dotted `path`, or skip the row naming what is missing."""
+    found = module
+    for name in path.split("."):
+        found = getattr(found, name, None)
+        if found is None:
+            version = getattr(module, "__version__", "?")
+            raise Skip(f"{module.__name__} {version} has no {path}")
+    return found
+
+
+def need_gpu():
+    """Skip the rows that call CUDA directly (they have no simulator) on the simulator."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        raise Skip("no GPU (the simulator was chosen)")
+
+
+def arena_bytes(units):
+    """An arena for the workload's largest unit, with room for alignment and
+    slabs (and never less than the 256 MiB the frame always had)."""
+    largest = max(sum(nbytes(shape, dtype) for shape, dtype in unit) for unit in units)
+    return max(256 << 20, largest + largest // 4 + (16 << 20))
+
+
+# -- the rows --------------------------------------------------------------------------
+# Each takes the workload's units and returns (prepare, synchronize, details):
+# prepare(unit) gives the function that allocates one unit and drops it, the one
+# that is timed; details() gives what the JSON keeps of the row's state at the end.
+
+
+def dropped(allocate):
+    """prepare() for arrays that free themselves when dropped: allocate(shape, dtype)."""
+
+    def prepare(unit):
+        def allocate_and_drop():
+            arrays = [allocate(shape, dtype) for shape, dtype in unit]
+            del arrays
+
+        return allocate_and_drop
+
+    return prepare
 
 
 def numba_arrays(expect_pool):
@@ -80,20 +175,14 @@ def numba_arrays(expect_pool):
         def details():
             return {"pool": dataclasses.asdict(pool_numba.stats())}
 
-    device_array = cuda.device_array
-
-    def frame():
-        arrays = [device_array(shape, dtype) for _, shape, dtype in FRAME]
-        del arrays
-
-    return frame, cuda.synchronize, details
+    return dropped(cuda.device_array), cuda.synchronize, details
 
 
-def row_numba_default():
+def row_numba_default(units):
     return numba_arrays(expect_pool=False)
 
 
-def row_devalloc_pool():
+def row_devalloc_pool(units):
     return numba_arrays(expect_pool=True)
 
 
@@ -102,85 +191,186 @@ def cupy_arrays(allocator):
     if not cupy.cuda.is_available():
         raise Skip("CuPy finds no GPU")
     cupy.cuda.set_allocator(allocator(cupy))
-    empty = cupy.empty
-
-    def frame():
-        arrays = [empty(shape, dtype) for _, shape, dtype in FRAME]
-        del arrays
-
-    return frame, cupy.cuda.Device().synchronize, dict
+    return dropped(cupy.empty), cupy.cuda.Device().synchronize, dict
 
 
-def row_cupy_no_pool():
+def row_cupy_no_pool(units):
     return cupy_arrays(lambda cupy: None)
 
 
-def row_cupy_pool():
+def row_cupy_pool(units):
     return cupy_arrays(lambda cupy: cupy.cuda.MemoryPool().malloc)
 
 
-def row_cupy_async_pool():
+def row_cupy_async_pool(units):
     return cupy_arrays(lambda cupy: cupy.cuda.MemoryAsyncPool().malloc)
 
 
-def row_torch():
+def row_torch(units):
     torch = need("torch")
     if not torch.cuda.is_available():
         raise Skip("PyTorch finds no GPU")
-    specs = [(shape, getattr(torch, np.dtype(dtype).name)) for _, shape, dtype in FRAME]
     empty = torch.empty
 
-    def frame():
-        arrays = [empty(shape, dtype=dtype, device="cuda") for shape, dtype in specs]
-        del arrays
+    def prepare(unit):
+        specs = [(shape, getattr(torch, np.dtype(dtype).name)) for shape, dtype in unit]
 
-    return frame, torch.cuda.synchronize, dict
-
-
-def row_cuda_core():
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        raise Skip("no GPU (the simulator was chosen)")
-    core = need("cuda.core")
-    if not hasattr(core, "Device"):
-        raise Skip(f"cuda.core {getattr(core, '__version__', '?')} has no Device at the top")
-    device = core.Device()
-    device.set_current()
-    stream = device.default_stream
-    sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for _, shape, dtype in FRAME]
-    allocate = device.allocate
-
-    def frame():
-        buffers = [allocate(size, stream=stream) for size in sizes]
-        for buffer in buffers:
-            buffer.close(stream)
-
-    return frame, device.sync, dict
-
-
-def row_devalloc_frame():
-    devalloc = need("devalloc")
-    cuda = need("numba.cuda")
-    if not hasattr(devalloc.Arena, "empty"):
-        raise Skip("this devalloc has no Arena.empty")
-    arena = devalloc.Arena(256 << 20)
-
-    def frame():  # (check=False: its exit need not wait for the GPU, there being no kernel)
-        with arena.frame(check=False):
-            arrays = [arena.empty(shape, dtype) for _, shape, dtype in FRAME]
+        def allocate_and_drop():
+            arrays = [empty(shape, dtype=dtype, device="cuda") for shape, dtype in specs]
             del arrays
 
-    return frame, cuda.synchronize, lambda: {"arena": dataclasses.asdict(arena.stats())}
+        return allocate_and_drop
+
+    return prepare, torch.cuda.synchronize, dict
+
+
+def current_device():
+    """cuda.core's Device 0, made current (its primary context)."""
+    core = need("cuda.core")
+    device = need_api(core, "Device")()
+    device.set_current()
+    return device
+
+
+def row_cuda_malloc(units):
+    need_gpu()
+    device = current_device()
+    driver = need("cuda.bindings.driver")
+    allocate, free = driver.cuMemAlloc, driver.cuMemFree
+
+    def prepare(unit):
+        sizes = [nbytes(shape, dtype) for shape, dtype in unit]
+
+        def allocate_and_free():
+            allocated = [allocate(size) for size in sizes]
+            for error, pointer in allocated:
+                if error:
+                    raise RuntimeError(f"cuMemAlloc: {error!r}")
+                (error,) = free(pointer)
+                if error:
+                    raise RuntimeError(f"cuMemFree: {error!r}")
+
+        return allocate_and_free
+
+    return prepare, device.sync, dict
+
+
+def row_cuda_core(units):
+    need_gpu()
+    device = current_device()
+    stream = device.default_stream
+    allocate = device.allocate
+
+    def prepare(unit):
+        sizes = [nbytes(shape, dtype) for shape, dtype in unit]
+
+        def allocate_and_close():
+            buffers = [allocate(size, stream=stream) for size in sizes]
+            for buffer in buffers:
+                buffer.close(stream)
+
+        return allocate_and_close
+
+    return prepare, device.sync, dict
+
+
+def row_rmm_pool(units):
+    need_gpu()
+    rmm = need("rmm")
+    pool_type = need_api(rmm, "mr.PoolMemoryResource")
+    upstream = need_api(rmm, "mr.CudaMemoryResource")
+    set_current = need_api(rmm, "mr.set_current_device_resource")
+    device_buffer = need_api(rmm, "DeviceBuffer")
+    runtime = need("cuda.bindings.runtime")
+    # Big enough that no unit grows it (2 GiB for the 1 GiB size); a multiple of 1 MiB.
+    largest = max(sum(nbytes(shape, dtype) for shape, dtype in unit) for unit in units)
+    pool_bytes = max(2 << 30, -(-2 * largest // (1 << 20)) << 20)
+    pool = pool_type(upstream(), initial_pool_size=pool_bytes)
+    set_current(pool)
+
+    def prepare(unit):
+        sizes = [nbytes(shape, dtype) for shape, dtype in unit]
+
+        def allocate_and_drop():
+            buffers = [device_buffer(size=size) for size in sizes]
+            del buffers
+
+        return allocate_and_drop
+
+    def synchronize():
+        (error,) = runtime.cudaDeviceSynchronize()
+        if error:
+            raise RuntimeError(f"cudaDeviceSynchronize: {error!r}")
+
+    def details():  # (the pool's size at the end: more than pool_bytes if it grew)
+        size = getattr(pool, "pool_size", None)
+        return {"pool_bytes": pool_bytes, "pool_size_at_end": size() if size else None}
+
+    return prepare, synchronize, details
+
+
+def devalloc_arena(units):
+    devalloc = need("devalloc")
+    if not hasattr(devalloc.Arena, "empty"):
+        raise Skip("this devalloc has no Arena.empty")
+    arena = devalloc.Arena(arena_bytes(units))
+    return devalloc, arena, lambda: {"arena": dataclasses.asdict(arena.stats())}
+
+
+def row_devalloc_frame(units):
+    cuda = need("numba.cuda")
+    _, arena, details = devalloc_arena(units)
+
+    def prepare(unit):
+        def allocate_and_drop():  # (check=False: the exit need not wait for the GPU, no kernel)
+            with arena.frame(check=False):
+                arrays = [arena.empty(shape, dtype) for shape, dtype in unit]
+                del arrays
+
+        return allocate_and_drop
+
+    return prepare, cuda.synchronize, details
+
+
+def row_devalloc_kernel(units):
+    cuda = need("numba.cuda")
+    devalloc, arena, details = devalloc_arena(units)
+
+    @devalloc.kernel
+    def allocate_each(arena, sizes):  # launched with one thread
+        for i in range(sizes.size):
+            buffer = arena.alloc(sizes[i], np.uint8)
+            if buffer.size > 0:  # (empty: out of space, which details() reports)
+                buffer[0] = 1
+
+    def prepare(unit):
+        sizes = cuda.to_device(np.array([nbytes(*spec) for spec in unit], np.int64))
+
+        def launch():  # the frame's exit frees what the kernel allocated
+            with arena.frame(check=False):
+                allocate_each[1, 1](arena, sizes)
+
+        return launch
+
+    return prepare, cuda.synchronize, details
 
 
 ROWS = {
+    "cuda-malloc": ("cuMemAlloc / cuMemFree through cuda.bindings (cudaMalloc)", row_cuda_malloc),
     "numba-default": ("Numba's default manager: cudaMalloc, batched cudaFree", row_numba_default),
     "devalloc-pool": ("Numba with devalloc.allocators.numba (cudaMallocAsync)", row_devalloc_pool),
     "cupy-no-pool": ("CuPy without a pool: cudaMalloc/cudaFree", row_cupy_no_pool),
     "cupy-pool": ("CuPy MemoryPool", row_cupy_pool),
     "cupy-async-pool": ("CuPy MemoryAsyncPool (cudaMallocAsync)", row_cupy_async_pool),
     "torch": ("PyTorch caching allocator", row_torch),
+    "rmm-pool": ("RMM PoolMemoryResource over cudaMalloc: rmm.DeviceBuffer", row_rmm_pool),
     "cuda-core": ("cuda.core Device.allocate / Buffer.close (cudaMallocAsync)", row_cuda_core),
     "devalloc-frame": ("devalloc frame arrays: Arena.empty in arena.frame()", row_devalloc_frame),
+    "devalloc-kernel": (
+        "devalloc in-kernel arena.alloc, one thread: the launch's host time "
+        "(the allocation itself happens on the GPU)",
+        row_devalloc_kernel,
+    ),
 }
 ENV = {"devalloc-pool": {"NUMBA_CUDA_MEMORY_MANAGER": "devalloc.allocators.numba"}}
 
@@ -188,36 +378,48 @@ ENV = {"devalloc-pool": {"NUMBA_CUDA_MEMORY_MANAGER": "devalloc.allocators.numba
 # -- one row, in this process -----------------------------------------------------------
 
 
-def measure(frame, synchronize, frames, warmup):
-    """Host nanoseconds of each of `frames` frames, after `warmup` untimed ones."""
+def measure(unit, synchronize, frames, warmup, budget_s=None):
+    """Host nanoseconds of each of `frames` units, after `warmup` untimed ones;
+    fewer once `budget_s` seconds have passed (but never fewer than MIN_REPS)."""
     for _ in range(warmup):
-        frame()
+        unit()
         synchronize()
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     times = []
     for _ in range(frames):
         start = time.perf_counter_ns()
-        frame()
+        unit()
         times.append(time.perf_counter_ns() - start)
         synchronize()
+        if deadline is not None and len(times) >= MIN_REPS and time.monotonic() > deadline:
+            break
     return times
 
 
-def run_row(name, frames, warmup):
-    try:
-        frame, synchronize, details = ROWS[name][1]()
-        times_us = np.array(measure(frame, synchronize, frames, warmup)) / 1e3
-    except Skip as why:
-        return {"row": name, "skipped": str(why)}
+def summary(times_ns):
+    times_us = np.array(times_ns) / 1e3
     p10, median, p90 = np.percentile(times_us, [10, 50, 90])
     return {
-        "row": name,
         "median_us": float(median),
         "p10_us": float(p10),
         "p90_us": float(p90),
         "mean_us": float(times_us.mean()),
-        "frames": frames,
-        **details(),
     }
+
+
+def run_row(name, workload, sizes, frames, warmup, budget_s=None):
+    units = workload_units(workload, sizes)
+    try:
+        prepare, synchronize, details = ROWS[name][1](units)
+        times = [measure(prepare(unit), synchronize, frames, warmup, budget_s) for unit in units]
+    except Skip as why:
+        return {"row": name, "skipped": str(why)}
+    if workload == "frame":
+        return {"row": name, **summary(times[0]), "frames": len(times[0]), **details()}
+    per_size = [
+        {"bytes": size, **summary(timed), "reps": len(timed)} for size, timed in zip(sizes, times)
+    ]
+    return {"row": name, "sizes": per_size, **details()}
 
 
 # -- the parent: every row in a child process ------------------------------------------
@@ -230,6 +432,10 @@ def run_child(name, args):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     command = [sys.executable, __file__, "--row", name]
     command += ["--frames", str(args.frames), "--warmup", str(args.warmup)]
+    if args.workload == "sizes":
+        command += ["--workload", "sizes", "--sizes", *map(str, args.sizes)]
+    if args.budget is not None:
+        command += ["--budget", str(args.budget)]
     try:
         done = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=args.timeout
@@ -244,7 +450,8 @@ def run_child(name, args):
 
 
 def package_version(name):
-    for distribution in (name, *{"cupy": ["cupy-cuda13x", "cupy-cuda12x"]}.get(name, [])):
+    others = {"cupy": ["cupy-cuda13x", "cupy-cuda12x"], "rmm": ["rmm-cu13", "rmm-cu12"]}
+    for distribution in (name, *others.get(name, [])):
         try:
             return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
@@ -263,7 +470,7 @@ def environment():
     if Path("/proc/cpuinfo").exists():
         names = Path("/proc/cpuinfo").read_text().splitlines()
         cpu = next((n.split(":", 1)[1].strip() for n in names if n.startswith("model name")), cpu)
-    packages = ["numba-cuda", "cuda-bindings", "cuda-core", "cupy", "torch", "numpy"]
+    packages = ["numba-cuda", "cuda-bindings", "cuda-core", "cupy", "torch", "rmm", "numpy"]
     return {
         "gpu": gpu or "none (CUDA simulator)",
         "driver": driver,
@@ -276,6 +483,11 @@ def environment():
     }
 
 
+def print_not_measured(r):
+    print(f"{r['row']:16} {'skipped' if 'skipped' in r else 'ERROR':>10}  "
+          f"{r.get('skipped') or r.get('error')}")  # fmt: skip
+
+
 def print_table(results):
     measured = {r["row"]: r["median_us"] for r in results if "median_us" in r}
     base = measured.get(BASELINE)
@@ -283,15 +495,36 @@ def print_table(results):
     for r in results:
         what = ROWS[r["row"]][0]
         if "median_us" not in r:
-            print(f"{r['row']:16} {'skipped' if 'skipped' in r else 'ERROR':>10}  "
-                  f"{r.get('skipped') or r.get('error')}")  # fmt: skip
+            print_not_measured(r)
             continue
-        ratio = f"{base / r['median_us']:.1f}x less" if base else ""
+        ratio = ""
+        if base:
+            less = base / r["median_us"]
+            ratio = f"{less:.1f}x less" if less >= 1 else f"{1 / less:.1f}x more"
         print(f"{r['row']:16} {r['median_us']:10.1f} {r['p10_us']:9.1f} {r['p90_us']:9.1f} "
               f"{ratio:>18}  {what}")  # fmt: skip
 
 
-def plot(data, path):
+def print_sizes_table(results, sizes, frames):
+    print("\nhost us per allocate + free of one buffer (median; p10 and p90 in the JSON)")
+    print(f"{'row':16}" + "".join(f"{size_label(size):>11}" for size in sizes))
+    capped = False
+    for r in results:
+        if "sizes" not in r:
+            print_not_measured(r)
+            continue
+        cells = []
+        for cell in r["sizes"]:
+            mark = "*" if cell["reps"] < frames else " "
+            capped |= mark == "*"
+            cells.append(f"{cell['median_us']:10.1f}{mark}")
+        print(f"{r['row']:16}" + "".join(cells))
+    if capped:
+        print(f"* fewer than {frames} timed (--budget ran out): see 'reps' in the JSON")
+    print("(devalloc-kernel: the host time of one launch; the allocation happens on the GPU)")
+
+
+def pyplot():
     try:
         import matplotlib
 
@@ -299,9 +532,14 @@ def plot(data, path):
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot")
-        return
+        return None
+    return plt
+
+
+def plot(data, path):
+    plt = pyplot()
     rows = [r for r in data["results"] if "median_us" in r]
-    if not rows:
+    if plt is None or not rows:
         return
     medians = [r["median_us"] for r in rows]
     spread = [
@@ -329,10 +567,65 @@ def plot(data, path):
     print(f"plot: {path}")
 
 
+def plot_sizes(data, path):
+    plt = pyplot()
+    rows = [r for r in data["results"] if "sizes" in r]
+    if plt is None or not rows:
+        return
+    greens = itertools.cycle(["#1b7837", "#5aae61", "#00441b", "#a6dba0"])
+    others = itertools.cycle(
+        ["#4393c3", "#d6604d", "#762a83", "#e08214", "#878787", "#2166ac", "#b2182b", "#8c510a"]
+    )
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for r in rows:
+        cells = r["sizes"]
+        medians = [c["median_us"] for c in cells]
+        spread = [[c["median_us"] - c["p10_us"] for c in cells],
+                  [c["p90_us"] - c["median_us"] for c in cells]]  # fmt: skip
+        ours = r["row"].startswith("devalloc")
+        label = r["row"] + (" (a launch)" if r["row"] == "devalloc-kernel" else "")
+        ax.errorbar([c["bytes"] for c in cells], medians, yerr=spread, label=label,
+                    color=next(greens if ours else others), marker="o" if ours else "s",
+                    markersize=4, linewidth=2 if ours else 1.2, capsize=3)  # fmt: skip
+    sizes = data["sizes"]
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, [size_label(size) for size in sizes])
+    ax.minorticks_off()
+    ax.grid(True, alpha=0.3)
+    ax.set_xlabel("buffer size")
+    ax.set_ylabel("host time per allocate + free, us\n(median; bars: 10th-90th percentile)")
+    env = data["environment"]
+    ax.set_title(
+        f"One buffer allocated and freed, by size (devalloc-kernel: the host time of the "
+        f"launch;\nthe allocation happens on the GPU). {env['gpu']}, {env['cpu']}, "
+        f"{env['date'][:10]}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot: {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frames", type=int, default=1000, help="timed frames per row")
-    parser.add_argument("--warmup", type=int, default=50, help="untimed frames first")
+    parser.add_argument(
+        "--workload", choices=["frame", "sizes"], default="frame",
+        help="a 1080p frame's 13 arrays (the default), or one buffer of each --sizes size",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sizes", nargs="+", type=parse_size, metavar="SIZE",
+        help=f"the sizes workload's buffers (default: {' '.join(SIZES)})",
+    )  # fmt: skip
+    parser.add_argument("--frames", type=int, default=1000, help="timed units per row and size")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed units first")
+    parser.add_argument(
+        "--budget", type=float,
+        help=f"seconds of timed units per row and size, at most (never fewer than {MIN_REPS} "
+        f"units; default: {BUDGET_S:g} for sizes, no limit for the frame)",
+    )  # fmt: skip
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--out", type=Path, help="results file (default: benchmarks/results/)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per row")
@@ -340,8 +633,18 @@ def main():
     args = parser.parse_args()
     if args.frames < 1 or args.warmup < 0:
         parser.error(f"--frames must be >= 1 and --warmup >= 0 (got {args.frames}, {args.warmup})")
+    if args.budget is not None and not args.budget > 0:
+        parser.error(f"--budget must be a positive number of seconds (got {args.budget})")
+    if args.workload == "frame" and args.sizes:
+        parser.error("--sizes is for --workload sizes")
+    if args.workload == "sizes":
+        args.sizes = args.sizes or [parse_size(size) for size in SIZES]
+        if args.budget is None:
+            args.budget = BUDGET_S
+    args.sizes = args.sizes or []
     if args.row:
-        print(json.dumps(run_row(args.row, args.frames, args.warmup)))
+        row = run_row(args.row, args.workload, args.sizes, args.frames, args.warmup, args.budget)
+        print(json.dumps(row))
         return 0
 
     sys.path.insert(0, str(ROOT))
@@ -352,20 +655,25 @@ def main():
     for name in args.rows:
         print(f"{name} ...", flush=True)
         results.append(run_child(name, args))
-    data = {
-        "environment": environment(),
-        "frame": [[name, list(shape), np.dtype(dtype).name] for name, shape, dtype in FRAME],
-        "frame_bytes": FRAME_BYTES,
-        "frames": args.frames,
-        "warmup": args.warmup,
-        "results": results,
-    }
-    out = args.out or RESULTS / f"host-pools-{data['environment']['date'][:10]}.json"
+    data = {"environment": environment(), "workload": args.workload}
+    if args.workload == "frame":
+        data["frame"] = [[name, list(shape), np.dtype(dtype).name] for name, shape, dtype in FRAME]
+        data["frame_bytes"] = FRAME_BYTES
+    else:
+        data["sizes"] = args.sizes
+        data["budget_s"] = args.budget
+        data["min_reps"] = MIN_REPS
+    data.update({"frames": args.frames, "warmup": args.warmup, "results": results})
+    prefix = "host-pools" if args.workload == "frame" else "host-sizes"
+    out = args.out or RESULTS / f"{prefix}-{data['environment']['date'][:10]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1))
-    print_table(results)
+    if args.workload == "frame":
+        print_table(results)
+    else:
+        print_sizes_table(results, args.sizes, args.frames)
     print(f"\nresults: {out}")
-    plot(data, out.with_suffix(".png"))
+    (plot if args.workload == "frame" else plot_sizes)(data, out.with_suffix(".png"))
     return 1 if any("error" in r for r in results) else 0
 
 

@@ -29,8 +29,9 @@ def environment():
     device = cuda.get_current_device()
     import numba_cuda
 
+    name = getattr(device, "name", "CUDA simulator")  # (the simulator's device has none)
     return {
-        "gpu": device.name.decode() if isinstance(device.name, bytes) else device.name,
+        "gpu": name.decode() if isinstance(name, bytes) else name,
         "compute_capability": list(device.compute_capability),
         "driver": _driver_version(),
         "numba_cuda": numba_cuda.__version__,

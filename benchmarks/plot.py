@@ -168,7 +168,85 @@ def plot_pipeline(path):
     png = path.with_suffix(".png")
     fig.savefig(png, dpi=110)
     plt.close(fig)
-    return [png]
+    streamed = [r for r in runs if " x" in r["mode"]]
+    return [png, plot_streams(path, data, streamed)] if streamed else [png]
+
+
+def plot_streams(path, data, rows):
+    """Frames in flight: frames/s with 1 and N streams per size, and the timeline
+    of the widest run's last frames (one bar per frame, a row per stream)."""
+    sizes = sorted({r["size"] for r in rows}, key=lambda s: int(s.split("x")[0]))
+    modes = sorted(
+        {r["mode"] for r in rows}, key=lambda m: (m.split(" x")[0], int(m.split(" x")[1]))
+    )
+    fig, (rate, timeline) = plt.subplots(1, 2, figsize=(12, 4), width_ratios=(1, 1.4))
+    width = 0.8 / len(modes)
+    for k, mode in enumerate(modes):
+        fps = [next((r["fps"] for r in rows if r["mode"] == mode and r["size"] == s), 0)
+               for s in sizes]  # fmt: skip
+        base = COLORS[mode.split(" x")[0]]
+        xs = [i + k * width for i in range(len(sizes))]
+        bars = rate.bar(
+            xs, fps, width, label=mode, color=base, alpha=0.55 if mode.endswith("x1") else 1
+        )
+        rate.bar_label(bars, fmt="%.0f", fontsize=7)
+    rate.set_xticks([i + 0.4 - width / 2 for i in range(len(sizes))], sizes)
+    rate.set_ylabel("frames / s (whole run)")
+    rate.set_title("frames in flight: devalloc.ArenaRing")
+    rate.legend(fontsize=8)
+
+    def most_streams_graph_smallest(r):
+        return int(r["mode"].split(" x")[1]), r["mode"], -int(r["size"].split("x")[0])
+
+    timed = [r for r in rows if r.get("timeline")]
+    widest = max(timed, key=most_streams_graph_smallest, default=None)
+    if widest is not None:
+        for k, start, end in widest["timeline"]:
+            timeline.barh(k, end - start, left=start, height=0.6, color=COLORS["devalloc"],
+                          edgecolor="white")  # fmt: skip
+        streams = int(widest["mode"].split(" x")[1])
+        timeline.set_yticks(range(streams), [f"stream {k}" for k in range(streams)])
+        timeline.invert_yaxis()
+        timeline.set_xlabel("ms (CUDA events around each frame on its stream)")
+        timeline.set_title(f"{widest['mode']}, {widest['size']}: frames overlap")
+    else:
+        timeline.axis("off")
+    _title(fig, data["environment"])
+    fig.tight_layout()
+    png = path.with_name(path.stem + "-streams.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
+def plot_summary(path, rows, environment):
+    """The one picture: devalloc against each other way, scenario by scenario
+    (how many times faster devalloc is; the memory the other holds beside it)."""
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.6))
+    labels = [f"{r['scenario']}: vs {r['other']}" for r in rows]
+    speedups = [r["speedup"] for r in rows]
+    colors = ["#1b7837" if s >= 1 else "#d6604d" for s in speedups]
+    ax.barh(range(len(rows)), speedups, color=colors)
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    for y, r in enumerate(rows):
+        note = f"{r['speedup']:.0f}x" if r["speedup"] >= 10 else f"{r['speedup']:.2g}x"
+        if r.get("memory_ratio"):
+            note += f", holds {r['memory_ratio']:.2g}x devalloc's memory"
+        ax.text(max(r["speedup"], 1) * 1.15, y, note, va="center", fontsize=7)
+    ax.set_xlim(min(min(speedups) / 2, 0.5), max(speedups) * 40)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("devalloc's advantage: the other's time / devalloc's (log; right of 1: faster)")
+    ax.set_title(f"What devalloc buys over each other way\n{environment['gpu']}, "
+                 f"{environment['date']}, every baseline in the same run", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    png = Path(path).with_suffix(".summary.png")
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return png
 
 
 if __name__ == "__main__":

@@ -3,10 +3,17 @@
     python benchmarks/run.py                      # everything, ~3 minutes on an H200
     python benchmarks/run.py --suites launch oom  # some of it
     python benchmarks/run.py --quick              # fewer repetitions and sizes
+    python benchmarks/run.py --compare all        # and every comparison with other tools
+    python benchmarks/run.py --suites --compare scratch attention   # only those
 
 Writes ``benchmarks/results/<gpu>-<date>.json`` (or ``--out``) and, with
-matplotlib, PNG plots beside it. Each target is judged against baselines
-measured in the same run; the table printed last says which were met.
+matplotlib, PNG plots beside it. ``--compare`` adds the comparisons with the
+tools a user would pick instead (`compare.py`: host pools, per-launch
+scratch, attention, the frame pipeline, Gallatin and Ouroboros), each run in
+a child process, under ``comparisons`` in the same file, their "devalloc
+against X" rows under ``summary`` and as one picture (``.summary.png``).
+Each target is judged against baselines measured in the same run; the table
+printed last says which were met.
 """
 
 import argparse
@@ -17,6 +24,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare as C
+
 import devalloc
 import measure as M
 
@@ -221,12 +230,24 @@ def judge(results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--suites", nargs="+", choices=list(SUITES), default=list(SUITES))
+    parser.add_argument("--suites", nargs="*", choices=list(SUITES), default=list(SUITES))
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        choices=["all", *C.COMPARISONS],
+        default=[],
+        help="comparisons with other tools to run too",
+    )
+    parser.add_argument("--comparisons-from", type=Path, metavar="FOLDER",
+                        help="take the comparisons' results from FOLDER/<name>.json (each "
+                             "script's --out) instead of running them")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument(
         "--out", type=Path, help="results file (default: results/<gpu>-<date>.json)"
     )
     args = parser.parse_args()
+    if args.comparisons_from and not list(args.comparisons_from.glob("*.json")):
+        parser.error(f"--comparisons-from {args.comparisons_from}: no results files in it")
 
     env = M.environment()
     print(f"{env['gpu']} (cc {env['compute_capability']}), numba-cuda {env['numba_cuda']}")
@@ -234,22 +255,45 @@ def main():
     for name in tqdm(args.suites, desc="suites"):
         results[name] = SUITES[name](args.quick)
     targets = judge(results)
+    names = list(C.COMPARISONS) if "all" in args.compare else args.compare
+    if args.comparisons_from:
+        comparisons = C.load_comparisons(args.comparisons_from)
+    else:
+        comparisons = C.run_comparisons(names, progress=tqdm.write)
+    summary = C.summarize(comparisons)
 
     gpu = env["gpu"].replace("NVIDIA ", "").lower().replace(" ", "-")
     out = args.out or RESULTS / f"{gpu}-{env['date']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        json.dumps({"environment": env, "results": results, "targets": targets}, indent=1)
+        json.dumps(
+            {
+                "environment": env,
+                "results": results,
+                "targets": targets,
+                "comparisons": comparisons,
+                "summary": summary,
+            },
+            indent=1,
+        )
     )
     print(f"\nwrote {out}")
     try:
-        from plot import plot_allocators
+        from plot import plot_allocators, plot_summary
 
-        for png in plot_allocators(out):
+        for png in plot_allocators(out) if results else []:
             print(f"wrote {png}")
+        if summary:
+            print(f"wrote {plot_summary(out, summary, env)}")
     except ImportError as error:  # matplotlib missing: the numbers are what matters
         print(f"no plots: {error}")
 
+    for name, found in comparisons.items():
+        if "error" in found:
+            print(f"comparison {name} failed: {found['error']}")
+    for row in summary:
+        memory = f", other holds {row['memory_ratio']:.2g}x" if row["memory_ratio"] else ""
+        print(f"{row['scenario']}: devalloc {row['speedup']:.3g}x vs {row['other']}{memory}")
     width = max(len(t["target"]) for t in targets) if targets else 10
     print(f"\n{'target':{width}}  {'measured':>14}  {'goal':>12}  met")
     for t in targets:

@@ -44,6 +44,7 @@ import numpy as np
 from . import layout as L
 from .backend import SIMULATOR, Memory
 from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
+from .numba_compat import numpy_dtype_of
 from .sizing import Sizing, run_sized
 from .statistics import ArenaStats, ProcessStats
 
@@ -88,7 +89,7 @@ def _dims(shape):
 
 def _number_dtype(dtype):
     try:
-        dtype = np.dtype(dtype)
+        dtype = np.dtype(numpy_dtype_of(dtype))
     except TypeError:
         raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype!r})") from None
     if dtype.kind not in _NUMBER_KINDS:

@@ -30,11 +30,12 @@ this module, never from numba's internals.
 
 from contextlib import contextmanager
 
+import numpy as np
 from numba import config
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
-__all__ = ["SIMULATOR", "compiling_for", "direct_launch"]
+__all__ = ["SIMULATOR", "compiling_for", "direct_launch", "numpy_dtype_of"]
 
 if SIMULATOR:
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -79,6 +80,17 @@ else:
         "rebind",
         "register_model",
     ]
+
+
+def numpy_dtype_of(dtype):
+    """A Numba scalar type (``numba.float32``) as its NumPy dtype, since kernels
+    take either; anything else as given. (Its name is NumPy's: ``str`` of one.)"""
+    if isinstance(dtype, type) or not type(dtype).__module__.startswith("numba"):
+        return dtype
+    try:
+        return np.dtype(str(dtype))
+    except TypeError:
+        return dtype
 
 
 def rebind(array, stream):

@@ -4,23 +4,27 @@
                                                          # tokens, 16 heads of 64
     python examples/attention_scratch.py --sequences 64 --heads 32 --steps 50
 
-One block per (sequence, head); each thread takes the block's queries in turn
-and needs a row of scores as long as its sequence: scratch whose size only the
+A block per (sequence, head, chunk of queries); each thread takes up to four
+of the chunk's queries in turn and needs scores as long as its sequence, so
+the block needs (length x threads) floats: scratch whose size only the
 kernel knows per block, the run-time-sized local array Numba has no way to
-declare (numba/numba#6549). Three ways to get it, each a mode:
+declare (numba/numba#6549). Each thread's scores are a column of it, so a
+warp's accesses coalesce. Three ways to get it, each a mode:
 
-devalloc    ``arena.alloc(length, float32)`` in the kernel, each step one frame
-            of an arena that sizes itself (``arena.run``)
+devalloc    ``arena.alloc((length, threads), float32)`` by the block's first
+            thread, each step one frame of an arena that sizes itself
+            (``arena.run``)
 malloc      the host adds up what every block needs, ``cuda.device_array`` of
             that each step, and passes each block its offset
-prealloc    one buffer made once, a row of the longest possible sequence for
-            every thread of every block
+prealloc    one buffer made once, the longest sequence's worth for every
+            block
 
 Every mode's output is checked against NumPy. Reports time per step and the
 scratch memory each holds. Without a GPU it runs on the simulator, tiny.
 """
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -31,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.world import simulate_without_gpu  # noqa: E402
+from kernels.world import environment, simulate_without_gpu  # noqa: E402
 
 simulate_without_gpu()
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
@@ -43,60 +47,87 @@ import devalloc  # noqa: E402
 from devalloc.backend import SIMULATOR  # noqa: E402
 
 MODES = ("devalloc", "malloc", "prealloc")
+QUERIES_PER_THREAD = 4  # each thread's queries, one after another in its column
+MAX_DIM = 256  # head dims up to this: each thread keeps its query and sums locally
 
 
 @cuda.jit(device=True)
 def attend(q, k, v, out, start, n, head, query, scores, scale):
     """out[start + query, head] = softmax(q . k^T * scale) . v over the n keys of
-    the sequence, with `scores` (at least n floats) as the row's scratch."""
+    the sequence, with `scores` (at least n floats) as the query's scratch."""
+    dim = q.shape[2]
+    mine = cuda.local.array(MAX_DIM, np.float32)
+    acc = cuda.local.array(MAX_DIM, np.float32)
+    for d in range(dim):
+        mine[d] = q[start + query, head, d]
+        acc[d] = 0.0
     top = -math.inf
     for j in range(n):
-        s = 0.0
-        for d in range(q.shape[2]):
-            s += q[start + query, head, d] * k[start + j, head, d]
+        s = np.float32(0.0)
+        for d in range(dim):
+            s += mine[d] * k[start + j, head, d]
         s *= scale
         scores[j] = s
         top = max(top, s)
     total = 0.0
     for j in range(n):
         e = math.exp(scores[j] - top)
-        scores[j] = e
         total += e
-    for d in range(q.shape[2]):
-        acc = 0.0
-        for j in range(n):
-            acc += scores[j] * v[start + j, head, d]
-        out[start + query, head, d] = acc / total
+        for d in range(dim):
+            acc[d] += e * v[start + j, head, d]
+    for d in range(dim):
+        out[start + query, head, d] = acc[d] / total
+
+
+@cuda.jit(device=True)
+def queries_of(n):
+    """This thread's queries in block (sequence, head, chunk): the chunk's
+    ``blockDim.x * QUERIES_PER_THREAD`` queries of the sequence, every
+    blockDim.x-th from the thread's own (first, step, stop; none when
+    first >= stop)."""
+    per_block = cuda.blockDim.x * QUERIES_PER_THREAD
+    first = cuda.blockIdx.z * per_block + cuda.threadIdx.x
+    return first, cuda.blockDim.x, min(n, (cuda.blockIdx.z + 1) * per_block)
 
 
 @devalloc.kernel
 def attention_arena(arena, q, k, v, starts, lengths, out, scale):
-    b, head, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+    """The block's scratch, (sequence length x threads) floats, taken by its
+    first thread with ``arena.alloc``; each thread's scores are one column
+    (neighbouring threads, neighbouring floats: the warp's accesses coalesce)."""
+    b, head = cuda.blockIdx.x, cuda.blockIdx.y
     n = lengths[b]
-    need = 0
-    if t < n:
-        need = n
-    scores = arena.alloc(need, np.float32)  # this thread's row, as long as its sequence
-    if scores.size < need:  # the arena is full: reported at the step's end (and regrown)
+    first, step, stop = queries_of(n)
+    if cuda.blockIdx.z * cuda.blockDim.x * QUERIES_PER_THREAD >= n:
+        return  # (the whole block: a short sequence's chunks past its end)
+    where = cuda.shared.array(1, np.int64)
+    if cuda.threadIdx.x == 0:
+        where[0] = arena.offset(arena.alloc((n, cuda.blockDim.x), np.float32))
+    cuda.syncthreads()
+    if where[0] < 0:  # the arena is full: reported at the step's end (and regrown)
         return
-    for query in range(t, n, cuda.blockDim.x):
+    block = arena.view(where[0], n * cuda.blockDim.x, np.float32)
+    scores = block[cuda.threadIdx.x :: cuda.blockDim.x]  # the thread's column
+    for query in range(first, stop, step):
         attend(q, k, v, out, starts[b], n, head, query, scores, scale)
 
 
 @cuda.jit
 def attention_at(q, k, v, starts, lengths, out, scale, scratch, rows):
-    """The same, each thread's row at scratch[rows[b, head] + t * lengths[b]:] (malloc),
-    or at a fixed stride of the longest sequence (prealloc: rows[b, head] < 0)."""
-    b, head, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+    """The same, the block's (n x threads) floats at scratch[rows[b, head, chunk]:]
+    (malloc), or at a fixed stride of the longest sequence (prealloc: rows < 0)."""
+    b, head, chunk, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.threadIdx.x
     n = lengths[b]
-    if t >= n:
+    first, step, stop = queries_of(n)
+    if first >= stop:
         return
-    at = rows[b, head] + t * n
-    if rows[b, head] < 0:  # prealloc: rows of the longest sequence, block after block
-        stride = scratch.size // (cuda.gridDim.x * cuda.gridDim.y * cuda.blockDim.x)
-        at = ((b * cuda.gridDim.y + head) * cuda.blockDim.x + t) * stride
-    scores = scratch[at : at + n]
-    for query in range(t, n, cuda.blockDim.x):
+    at = rows[b, head, chunk]
+    if at < 0:  # prealloc: the longest sequence's worth for every block
+        per_block = scratch.size // (cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z)
+        at = ((b * cuda.gridDim.y + head) * cuda.gridDim.z + chunk) * per_block
+    block = scratch[at : at + n * cuda.blockDim.x]
+    scores = block[t :: cuda.blockDim.x]  # the thread's column
+    for query in range(first, stop, step):
         attend(q, k, v, out, starts[b], n, head, query, scores, scale)
 
 
@@ -107,7 +138,7 @@ if not SIMULATOR:  # what the PTX checks compile each kernel for (tests/test_ptx
     PTX_SIGNATURES = {
         "attention_arena": (_f3, _f3, _f3, _i1, _i1, _f3, types.float32),
         "attention_at": (_f3, _f3, _f3, _i1, _i1, _f3, types.float32, types.float32[::1],
-                         types.int64[:, ::1]),
+                         types.int64[:, :, ::1]),
     }  # fmt: skip
 
 
@@ -127,7 +158,9 @@ def run_mode(mode, batch, threads, steps):
     """Run `steps` steps of one mode; returns (output, ms per step, scratch bytes held)."""
     q, k, v, starts, lengths, scale = batch
     sequences, heads = len(lengths), q.shape[1]
-    grid = (sequences, heads)
+    per_block = threads * QUERIES_PER_THREAD  # queries
+    chunks = -(-int(lengths.max()) // per_block)
+    grid = (sequences, heads, chunks)
     d_q, d_k, d_v = (cuda.to_device(a) for a in (q, k, v))
     d_starts, d_lengths = cuda.to_device(starts), cuda.to_device(lengths)
     out = cuda.to_device(np.full(q.shape, np.nan, np.float32))
@@ -145,16 +178,17 @@ def run_mode(mode, batch, threads, steps):
         held = arena.capacity
         arena.close()
     else:
-        per_block = np.minimum(lengths, threads) * lengths  # rows x row length, per head
         if mode == "prealloc":
             longest = int(lengths.max())
-            scratch = cuda.device_array(sequences * heads * threads * longest, np.float32)
-            rows = cuda.to_device(np.full((sequences, heads), -1, np.int64))
+            scratch = cuda.device_array(sequences * heads * chunks * longest * threads, np.float32)
+            rows = cuda.to_device(np.full((sequences, heads, chunks), -1, np.int64))
             held = scratch.nbytes
         for _ in range(steps):
             began = time.perf_counter()
             if mode == "malloc":  # what this step needs, exactly: one allocation
-                sizes = np.repeat(per_block, heads).reshape(sequences, heads)
+                # (n x threads) floats for each block with queries, none for the others.
+                busy = np.arange(chunks)[None, :] * per_block < lengths[:, None]
+                sizes = np.repeat((busy * lengths[:, None] * threads)[:, None, :], heads, axis=1)
                 offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).reshape(sizes.shape)
                 scratch = cuda.device_array(max(int(sizes.sum()), 1), np.float32)
                 rows = cuda.to_device(offsets.astype(np.int64))
@@ -184,11 +218,14 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=64 if gpu else 4)
     parser.add_argument("--threads", type=int, default=128 if gpu else 8)
     parser.add_argument("--steps", type=int, default=20 if gpu else 1)
+    parser.add_argument("--out", type=Path, help="results file (JSON)")
     args = parser.parse_args(argv)
     if min(args.sequences, args.shortest, args.heads, args.dim, args.steps) < 1:
         parser.error("sizes and --steps must be at least 1")
     if args.longest < args.shortest or not 1 <= args.threads <= 1024:
         parser.error("--longest must be at least --shortest, --threads from 1 to 1024")
+    if args.dim > MAX_DIM:
+        parser.error(f"--dim must be at most {MAX_DIM}")
     batch = make_batch(args.sequences, args.shortest, args.longest, args.heads, args.dim)
     lengths = batch[4]
     where = "the GPU" if gpu else "Numba's CUDA simulator (no GPU found): tiny shapes"
@@ -196,13 +233,23 @@ def main(argv=None):
           f"{lengths.max()} tokens, {args.heads} heads of {args.dim}")  # fmt: skip
     expected = reference(*batch)
     print(f"\n{'mode':>9} {'ms/step':>9} {'scratch MiB held':>17}")
+    rows = []
     for mode in MODES:
         out, ms, held = run_mode(mode, batch, args.threads, args.steps)
         if not np.allclose(out, expected, rtol=1e-4, atol=1e-5):
             worst = np.nanmax(np.abs(out - expected))
             raise SystemExit(f"{mode}: the output differs from NumPy's (by up to {worst})")
         print(f"{mode:>9} {ms:9.3f} {held / 2**20:17.3f}")
+        rows.append({"mode": mode, "ms_per_step": ms, "scratch_bytes": held})
     print("every mode's output matches NumPy's")
+    if args.out is not None:
+        names = ("sequences", "shortest", "longest", "heads", "dim", "threads", "steps")
+        shape = {name: getattr(args, name) for name in names}
+        shape["lengths"] = [int(n) for n in lengths]
+        record = {"environment": environment(gpu), "shape": shape, "results": rows}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1))
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

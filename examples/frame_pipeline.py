@@ -16,7 +16,8 @@ devalloc  the frame's temporaries from one arena: the fixed-size ones as frame
           fixed size instead. --strategy picks the in-kernel allocator
           (warp_slab, the default, or bump). --streams N also runs it with N
           frames in flight (``devalloc.ArenaRing``: an arena, a stream, a
-          camera buffer and outputs per slot) and with 1, timing whole runs.
+          camera buffer and outputs per slot) and with 1, timing whole runs;
+          so does devalloc-graph when chosen, a captured frame per slot.
 malloc    every temporary from ``cuda.device_array`` each frame; the lists by
           the classic count pass, copy to host, allocate, second pass.
 malloc-pool  `malloc` under devalloc's Numba memory manager
@@ -44,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.world import simulate_without_gpu  # noqa: E402
+from kernels.world import environment, simulate_without_gpu  # noqa: E402
 
 simulate_without_gpu()  # before numba is imported, as is the next line
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # one-thread launches are meant
@@ -520,12 +521,15 @@ def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, ove
     }, results
 
 
-def run_streamed(height, width, frames, warmup, keep, streams, strategy):
-    """`devalloc` with `streams` frames in flight (`devalloc.ArenaRing`): each
-    slot has its arena, its stream, its camera buffer and its outputs; frames
-    take the slots in turn and nothing waits on the host between them. Times
-    the whole run (frames/s), not each frame; keeps the frames in `keep`."""
-    label = f"devalloc x{streams} {width}x{height}"
+def run_streamed(height, width, frames, warmup, keep, streams, strategy, graph=False):
+    """`devalloc` (or with `graph`, `devalloc-graph`) with `streams` frames in
+    flight (`devalloc.ArenaRing`): each slot has its arena, its stream, its
+    camera buffer and its outputs (and, with `graph`, its frame captured once);
+    frames take the slots in turn and nothing waits on the host between them.
+    Times the whole run (frames/s), not each frame; keeps the frames in `keep`.
+    Then a few frames more with events around each: the row's timeline."""
+    kind = "devalloc-graph" if graph else "devalloc"
+    label = f"{kind} x{streams} {width}x{height}"
     sizer = Devalloc(Camera(height, width), Outputs(height, width), height, width)
     for index in range(3):  # the arena's size, as `devalloc` measures it
         sizer.camera.frame(index)
@@ -536,30 +540,77 @@ def run_streamed(height, width, frames, warmup, keep, streams, strategy):
     slots = [(Camera(height, width), Outputs(height, width)) for _ in range(streams)]
     results, began = [], None
     with devalloc.ArenaRing(streams, capacity, strategy=strategy) as ring:
+        replays = [None] * streams  # each slot's captured frame and the edges it leaves
+        if graph and not SIMULATOR:  # (the simulator's capture records devalloc kernels only)
+            for k, slot in enumerate(ring):
+                camera, out = slots[k]
+                with slot.arena.frame():  # eagerly first: every kernel loaded
+                    devalloc_frame(slot.arena, camera, out, buffers, slot.stream, slot.stream)
+                with slot.arena.capture() as captured:
+                    edges = devalloc_frame(slot.arena, camera, out, buffers, captured.stream)
+                replays[k] = captured, edges
+
+        def one_frame(index):
+            k = index % streams
+            camera, out = slots[k]
+            if replays[k] is None:
+                with ring.frame() as slot:  # (slots in turn: slot k is frame k's)
+                    camera.frame(index, slot.stream)
+                    edges = devalloc_frame(
+                        slot.arena, camera, out, buffers, slot.stream, slot.stream
+                    )
+            else:
+                slot = ring[k]
+                camera.frame(index, slot.stream)
+                captured, edges = replays[k]
+                captured.replay(slot.stream)
+            return slot, out, edges
+
         for index in tqdm(range(warmup + frames), desc=label, leave=False, disable=None):
             if index == warmup:
                 cuda.synchronize()
                 began = time.perf_counter()
-            camera, out = slots[index % streams]
-            with ring.frame() as slot:
-                camera.frame(index, slot.stream)
-                edges = devalloc_frame(slot.arena, camera, out, buffers, slot.stream, slot.stream)
-                if index in keep:  # (copies on the slot's stream, the arrays' own)
-                    kept = (edges.copy_to_host(), out.hist.copy_to_host(stream=slot.stream),
-                            out.overlay.copy_to_host(stream=slot.stream))  # fmt: skip
-                    slot.stream.synchronize()
-                    results.append((index, *kept))
+            slot, out, edges = one_frame(index)
+            if index in keep:  # (copies on the slot's stream, the arrays' own)
+                kept = (edges.copy_to_host(stream=slot.stream),
+                        out.hist.copy_to_host(stream=slot.stream),
+                        out.overlay.copy_to_host(stream=slot.stream))  # fmt: skip
+                slot.stream.synchronize()
+                results.append((index, *kept))
         cuda.synchronize()
         elapsed = time.perf_counter() - began
+        timeline = frame_timeline(ring, one_frame, warmup + frames, 4 * streams)
         ring.check()
     median = elapsed / frames * 1e3
     nan = float("nan")
     return {
-        "mode": f"devalloc x{streams}", "strategy": strategy, "size": f"{width}x{height}",
+        "mode": f"{kind} x{streams}", "strategy": strategy, "size": f"{width}x{height}",
         "frames": frames, "median_ms": median, "fps": 1e3 / median, "host_ms": nan,
         "gpu_ms": nan, "setup_mallocs": nan, "mallocs_per_frame": 0,
-        "peak_mib": streams * capacity / 2**20, "device_used_mib": nan,
+        "peak_mib": streams * capacity / 2**20, "device_used_mib": nan, "timeline": timeline,
     }, results  # fmt: skip
+
+
+def frame_timeline(ring, one_frame, first, count):
+    """`count` frames more from index `first`, each between two events on its
+    slot's stream: [slot, start ms, end ms] per frame, from the first start
+    (none on the simulator, which has no events). Untimed: the events cost
+    host time the timed frames do not pay."""
+    if SIMULATOR:
+        return []
+    cuda.synchronize()
+    marks = []
+    for index in range(first, first + count):
+        k = index % len(ring)
+        start, end = cuda.event(), cuda.event()
+        start.record(ring[k].stream)
+        one_frame(index)
+        end.record(ring[k].stream)
+        marks.append((k, start, end))
+    cuda.synchronize()
+    origin = marks[0][1]
+    return [[k, cuda.event_elapsed_time(origin, start), cuda.event_elapsed_time(origin, end)]
+            for k, start, end in marks]  # fmt: skip
 
 
 def run_under_pool(height, width, frames, warmup, source, keep, overlays):
@@ -646,16 +697,18 @@ def main(argv=None):
     parser.add_argument("--strategy", choices=("warp_slab", "bump"), default="warp_slab",
                         help="the devalloc arena's allocator strategy")  # fmt: skip
     parser.add_argument("--benchmark", action="store_true",
-                        help="1920x1080 and 3840x2160, results file in --out")  # fmt: skip
+                        help="1920x1080 and 3840x2160 (or the --size ones), results file "
+                             "and plots in --out, one overlay")  # fmt: skip
     parser.add_argument("--streams", type=int, default=1,
-                        help="frames in flight: above 1, devalloc also runs with that many "
-                             "streams (devalloc.ArenaRing), and with 1 to compare")  # fmt: skip
+                        help="frames in flight: above 1, devalloc (and devalloc-graph, when "
+                             "chosen) also run with that many streams (devalloc.ArenaRing), "
+                             "and with 1 to compare")  # fmt: skip
     # (for run_under_pool: the frames to keep, and where to leave one mode's results)
     parser.add_argument("--keep", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    if args.benchmark:
+    if args.benchmark and not args.size:
         sizes = [(1920, 1080), (3840, 2160)]
     else:
         sizes = args.size or ([(1920, 1080)] if gpu else [(40, 20)])
@@ -709,11 +762,14 @@ def main(argv=None):
             )  # fmt: skip
             rows.append(row)
         if args.streams > 1:  # the same frames in flight on one stream, then on several
-            for streams in (1, args.streams):
-                row, results[row["mode"]] = run_streamed(
-                    height, width, frames, warmup, keep, streams, args.strategy
-                )
-                rows.append(row)
+            kinds = [graph for graph, mode in ((False, "devalloc"), (True, "devalloc-graph"))
+                     if mode in modes] or [False]  # fmt: skip
+            for graph in kinds:
+                for streams in (1, args.streams):
+                    row, results[row["mode"]] = run_streamed(
+                        height, width, frames, warmup, keep, streams, args.strategy, graph
+                    )
+                    rows.append(row)
         if len(results) > 1:
             verdicts.append(f"{width}x{height}: " + compare(results))
     print_table(rows)
@@ -727,29 +783,12 @@ def main(argv=None):
         path = args.out / "pipeline.json"
         path.write_text(json.dumps(record, indent=1))
         print(f"wrote {path}")
-        if args.benchmark:
+        if gpu:
             sys.path.insert(0, str(ROOT / "benchmarks"))
             from plot import plot_pipeline
 
             for png in plot_pipeline(path):
                 print(f"wrote {png}")
-
-
-def environment(gpu):
-    import datetime
-    import platform
-
-    import numba_cuda
-
-    device = cuda.get_current_device().name if gpu else "CUDA simulator"
-    return {
-        "gpu": device.decode() if isinstance(device, bytes) else device,
-        "numba_cuda": numba_cuda.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "date": datetime.date.today().isoformat(),
-        "command": " ".join(sys.argv),
-    }
 
 
 if __name__ == "__main__":

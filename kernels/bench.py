@@ -64,6 +64,38 @@ def single_shot(arena, out):
 
 
 @devalloc.kernel
+def one_each(arena, words, n, write_id, offsets, misses):
+    """The device allocators' own one-size test (Gallatin's `gallatin_test`,
+    Ouroboros' `main`): each of `n` threads allocates `words` 8-byte words
+    once and records where (`offsets`); with `write_id`, it also writes its id
+    into the allocation and fences, as Gallatin's kernel does. Failures are
+    counted in `misses[0]`."""
+    t = cuda.grid(1)
+    if t >= n:
+        return
+    buf = arena.alloc(words, np.uint64)
+    if buf.size == 0:
+        cuda.atomic.add(misses, 0, 1)
+        offsets[t] = -1
+        return
+    offsets[t] = arena.offset(buf)
+    if write_id:
+        buf[0] = t
+        cuda.threadfence()
+
+
+@devalloc.kernel
+def ids_intact(arena, n, offsets, bad):
+    """After `one_each` with `write_id`, in the same frame: counts in `bad[0]`
+    the threads whose allocation no longer holds their id (two threads given
+    overlapping memory)."""
+    t = cuda.grid(1)
+    if t < n and offsets[t] >= 0:
+        if arena.view(offsets[t], 1, np.uint64)[0] != t:
+            cuda.atomic.add(bad, 0, 1)
+
+
+@devalloc.kernel
 def alloc_until_full(arena, size, max_iters, counts):
     """Each thread allocates `size` bytes until the arena refuses (out-of-memory test)."""
     t = cuda.grid(1)
@@ -254,6 +286,8 @@ def _signatures():
         "sustained_store": (i64, i64, ints),
         "packed_store": (types.uint8[::1], i64, i64, i64, ints),
         "single_shot": (ints,),
+        "one_each": (i64, i64, i64, ints, ints),
+        "ids_intact": (i64, ints, ints),
         "alloc_until_full": (i64, i64, ints),
         "launch_only": (ints,),
         "naive_bump": (ints, i64, i64, i64, ints),

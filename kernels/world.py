@@ -13,3 +13,25 @@ def simulate_without_gpu():
         )
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if has_gpu else "1"
     return os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+
+
+def environment(gpu):
+    """Where a result was measured: the GPU (or the simulator), versions, date
+    and the command, for the examples' results files."""
+    import datetime
+    import platform
+    import sys
+
+    import numba_cuda
+    import numpy as np
+    from numba import cuda
+
+    device = cuda.get_current_device().name if gpu else "CUDA simulator"
+    return {
+        "gpu": device.decode() if isinstance(device, bytes) else device,
+        "numba_cuda": numba_cuda.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join(sys.argv),
+    }

@@ -1,6 +1,10 @@
 """Kernels and checks shared by the test modules."""
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 from numba import cuda
@@ -85,3 +89,37 @@ def check_allocations(arena, requests, offsets, lengths, *, all_succeed=True):
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, f"allocations overlap: one ends at {end}, the next starts at {start}"
     return len(spans)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def env_with_root(**extra):
+    """The environment for a child Python that imports devalloc from this checkout."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def run_script(script, *args, timeout=600):
+    """Run `script` (a path) with `args` as a user would, from the repository root."""
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=ROOT, env=env_with_root(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def compile_all(module, cc=(9, 0)):
+    """PTX of every kernel a module lists in PTX_SIGNATURES ({(name, strategy): ptx};
+    a `@devalloc.kernel` once per strategy, a plain kernel once with None)."""
+    from devalloc.numba_compat import compiling_for
+
+    ptx = {}
+    for name, argtypes in module.PTX_SIGNATURES.items():
+        kernel = getattr(module, name)
+        if isinstance(kernel, devalloc.Kernel):
+            for strategy in devalloc.STRATEGIES:
+                ptx[name, strategy] = kernel.ptx(*argtypes, strategy=strategy, cc=cc)
+        else:
+            with compiling_for(cc):
+                ptx[name, None], _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=cc)
+    return ptx

@@ -180,3 +180,34 @@ def test_failed_alloc_returns_empty_array_and_records_shortfall(strategy):
         stats = arena.stats()
     assert made == 32  # the arena is used to the last byte
     assert stats.failed_allocs == 32 and stats.total_allocs == 32
+
+
+def test_the_device_peers_test_gives_each_thread_a_block_of_its_own(strategy):
+    # benchmarks/device_peers.py's twin of Gallatin's test, and its check: each
+    # thread's block holds its id after all wrote; a block given twice is caught.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from kernels import bench as K
+
+    n, words = 100, 2
+    offsets = cuda.to_device(poisoned(128, np.int64))
+    counters = cuda.to_device(np.zeros(2, np.int64))
+    with devalloc.Arena(64 * 1024, strategy=strategy) as arena:
+        with arena.frame():
+            K.one_each[4, 32](arena, words, n, 1, offsets, counters[:1])
+            K.ids_intact[4, 32](arena, n, offsets, counters[1:])
+            placed = offsets.copy_to_host()[:n]
+            assert list(counters.copy_to_host()) == [0, 0]
+            assert len(set(placed)) == n and min(placed) >= 0
+            assert all(placed % 16 == 0)  # 16 B requests on 16 B
+            placed[7] = placed[3]  # plant a block given twice
+            offsets.copy_to_device(np.concatenate([placed, np.full(28, -1, np.int64)]))
+            K.ids_intact[4, 32](arena, n, offsets, counters[1:])
+        assert list(counters.copy_to_host()) == [0, 1]
+    with devalloc.Arena(1024, strategy=strategy) as arena:  # 64 blocks fit: 36 fail alone
+        with pytest.raises(devalloc.ArenaOverflowError):
+            with arena.frame():
+                K.one_each[4, 32](arena, words, n, 0, offsets, counters[:1])
+    assert counters.copy_to_host()[0] == 36

@@ -11,18 +11,14 @@ import numpy as np
 import pytest
 
 from devalloc.backend import SIMULATOR
+from helpers import run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "examples" / "frame_pipeline.py"
 
 
 def run_pipeline(*args, timeout=600):
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path)
-    return subprocess.run(
-        [sys.executable, str(PIPELINE), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+    return run_script(PIPELINE, *args, timeout=timeout)
 
 
 @pytest.mark.parametrize("strategy", ["warp_slab", "bump"])
@@ -130,15 +126,21 @@ def test_frame_pipeline_refuses_bad_options(args, message):
     assert message in result.stderr
 
 
-def test_frame_pipeline_with_frames_in_flight_gives_the_same_results():
+@pytest.mark.parametrize(
+    "mode, modes",
+    [
+        ("devalloc", "devalloc, devalloc x1, devalloc x3"),
+        # On the GPU each slot replays its own captured frame; on the simulator,
+        # which captures devalloc kernels only, the slots run their frames eagerly.
+        ("graph", "devalloc-graph, static-graph, devalloc-graph x1, devalloc-graph x3"),
+    ],
+)
+def test_frames_in_flight_give_the_same_results(mode, modes):
     result = run_pipeline(
-        "--mode", "devalloc", "--size", "24x16", "--frames", "3", "--warmup", "0",
-        "--streams", "3",
+        "--mode", mode, "--size", "24x16", "--frames", "3", "--warmup", "1", "--streams", "3"
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "identical across devalloc, devalloc x1, devalloc x3 (3 frames checked" in (
-        result.stdout
-    )
+    assert f"identical across {modes} (3 frames checked" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -150,16 +152,23 @@ def test_frame_pipeline_refuses_bad_streams(args, message):
     assert result.returncode == 2 and message in result.stderr
 
 
-def test_attention_example_matches_numpy_in_every_mode():
+def test_attention_example_matches_numpy_in_every_mode(tmp_path):
     example = ROOT / "examples" / "attention_scratch.py"
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path)
     result = subprocess.run(
-        [sys.executable, str(example), "--steps", "2", "--longest", "20", "--threads", "8"],
+        [sys.executable, str(example), "--steps", "2", "--sequences", "3", "--shortest", "3",
+         "--longest", "40", "--heads", "2", "--dim", "4", "--threads", "4",
+         "--out", str(tmp_path / "attention.json")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "every mode's output matches NumPy's" in result.stdout
+    # Sequences up to 40 queries, 16 a block: three chunks of queries, the
+    # shorter sequences' last ones empty; the results file has every mode.
+    record = json.loads((tmp_path / "attention.json").read_text())
+    assert [r["mode"] for r in record["results"]] == ["devalloc", "malloc", "prealloc"]
+    assert all(r["ms_per_step"] > 0 and r["scratch_bytes"] > 0 for r in record["results"])
     rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in (
         ["devalloc"], ["malloc"], ["prealloc"])]  # fmt: skip
     assert [row[0] for row in rows] == ["devalloc", "malloc", "prealloc"]

@@ -15,6 +15,7 @@ from numba import cuda, types
 
 import devalloc
 from devalloc.backend import SIMULATOR
+from helpers import compile_all
 from ptx_cfg import Cfg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +42,8 @@ def toolkit_nvvm():
 
 
 NVVMS = {"numba's": None, "toolkit's": toolkit_nvvm()}
+# Other files with ptx-marked tests, run by test_ptx_suite with these.
+PTX_ELSEWHERE = [str(ROOT / "tests" / "test_scratch.py")]
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="runs directly outside the simulator")
@@ -53,27 +56,11 @@ def test_ptx_suite(nvvm):
         env["DEVALLOC_TEST_NVVM"], env["DEVALLOC_TEST_NVVM_RELEASE"] = NVVMS[nvvm]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-m", "ptx", "-p", "no:cacheprovider",
-         "--timeout=300", "--timeout-method=thread", __file__],
+         "--timeout=600", "--timeout-method=thread", __file__, *PTX_ELSEWHERE],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout.split("\n")[-2]
-
-
-def compile_all(module):
-    """PTX of every kernel a `kernels` module lists in PTX_SIGNATURES."""
-    from devalloc.numba_compat import compiling_for
-
-    ptx = {}
-    for name, argtypes in module.PTX_SIGNATURES.items():
-        kernel = getattr(module, name)
-        if isinstance(kernel, devalloc.Kernel):
-            for strategy in devalloc.STRATEGIES:
-                ptx[name, strategy] = kernel.ptx(*argtypes, strategy=strategy, cc=CC)
-        else:
-            with compiling_for(CC):
-                ptx[name, None], _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=CC)
-    return ptx
 
 
 @pytest.mark.ptx
@@ -83,7 +70,7 @@ def test_every_kernel_compiles_for_sm90(module_name):
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
     module = importlib.import_module(module_name)
-    compiled = compile_all(module)
+    compiled = compile_all(module, CC)
     assert len(compiled) >= len(module.PTX_SIGNATURES)
     for key, ptx in compiled.items():
         assert ".target sm_90" in ptx, key

@@ -7,6 +7,7 @@ import gc
 import threading
 import time
 
+import numba
 import numpy as np
 import pytest
 from numba import cuda
@@ -335,6 +336,25 @@ def test_dtypes_the_gpu_refuses_are_refused(strategy, dtype):
     with devalloc.Arena(4096, strategy=strategy) as arena:
         with pytest.raises(Exception, match="dtype must be a NumPy number or bool type"):
             typed[1, 1](arena, poisoned(1, np.int64))
+
+
+def test_numba_scalar_types_are_taken_as_the_gpu_takes_them(strategy):
+    @devalloc.kernel
+    def typed(arena, out):
+        small = arena.alloc(3, numba.uint8)
+        wide = arena.alloc(2, numba.float64)
+        flag = arena.alloc(1, numba.boolean)
+        out[0] = small.size + wide.size + flag.size
+        out[1] = arena.offset(wide) - arena.offset(small)
+
+    out = poisoned(2, np.int64)
+    with devalloc.Arena(4096, strategy=strategy) as arena:
+        typed[1, 1](arena, out)
+        arena.check()
+        with arena.frame():
+            image = arena.empty((2, 3), numba.float32)
+            assert image.dtype == np.float32 and image.shape == (2, 3)
+    assert out[0] == 6 and out[1] > 0
 
 
 def test_a_dtype_passed_at_run_time_is_refused(strategy):

@@ -16,6 +16,7 @@ import numpy as np
 from .. import layout as L
 from ..allocator import group_alloc, request_bytes
 from ..errors import DTYPE_HINT
+from ..numba_compat import numpy_dtype_of
 from .device_memory import array_at, buffer_at
 
 __all__ = ["SimKernelArena", "arena_maker"]
@@ -26,6 +27,7 @@ _KINDS = "biufc"  # bool, int, uint, float, complex
 def _dtype(dtype, method):
     """What the GPU's typing accepts: a NumPy scalar type or a dtype object, not
     Python's `float`, a string or None."""
+    dtype = numpy_dtype_of(dtype)
     if isinstance(dtype, type) and issubclass(dtype, np.generic):
         dtype = np.dtype(dtype)
     if not isinstance(dtype, np.dtype) or dtype.kind not in _KINDS:
