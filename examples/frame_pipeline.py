@@ -18,6 +18,8 @@ devalloc  the frame's temporaries from one arena: the fixed-size ones as frame
           frames in flight (``devalloc.ArenaRing``: an arena, a stream, a
           camera buffer and outputs per slot) and with 1, timing whole runs;
           so does devalloc-graph when chosen, a captured frame per slot.
+          --devices N runs it with its frames split across N GPUs (a host
+          thread and an arena per GPU) and on one.
 malloc    every temporary from ``cuda.device_array`` each frame; the lists by
           the classic count pass, copy to host, allocate, second pass.
 malloc-pool  `malloc` under devalloc's Numba memory manager
@@ -32,6 +34,7 @@ that they do. Without a GPU it runs on Numba's CUDA simulator, on small frames.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -39,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -613,6 +617,81 @@ def frame_timeline(ring, one_frame, first, count):
             for k, start, end in marks]  # fmt: skip
 
 
+def run_devices(height, width, frames, warmup, keep, devices, strategy):
+    """`devalloc` split across `devices` GPUs, a host thread per GPU: frame k
+    runs on GPU k mod `devices`, in that GPU's arena (sized by ``arena.run``),
+    with its own camera buffer and outputs, made inside ``with cuda.gpus[d]:``.
+    Times the whole run, from when every thread has run its warm-up frames;
+    each GPU's arena, stats and overflow are its own."""
+    label = f"devalloc {devices} GPU{'s' if devices > 1 else ''}"
+    results, failures, used = [], [], [None] * devices  # used: (capacity, stats) per GPU
+    lock = threading.Lock()
+    warm = threading.Barrier(devices + 1)  # every thread warm, then the clock starts
+
+    def work(d):
+        try:
+            with cuda.gpus[d]:
+                pipeline = Devalloc(Camera(height, width), Outputs(height, width), height,
+                                    width, strategy=strategy)  # fmt: skip
+                mine = range(d, warmup + frames, devices)
+                timed = False
+                for index in mine:
+                    if index >= warmup and not timed:
+                        cuda.synchronize()
+                        warm.wait()
+                        timed = True
+                    pipeline.camera.frame(index)
+                    edges = pipeline.process()
+                    if index in keep:
+                        kept = (edges.copy_to_host(), pipeline.out.hist.copy_to_host(),
+                                pipeline.out.overlay.copy_to_host())  # fmt: skip
+                        with lock:
+                            results.append((index, *kept))
+                if not timed:
+                    warm.wait()
+                cuda.synchronize()
+                arena = pipeline.arena
+                used[d] = arena.capacity, dataclasses.asdict(arena.stats())
+                arena.close()
+        except BaseException as error:  # (reported by the main thread, with the GPU)
+            failures.append((d, error))
+            warm.abort()
+
+    threads = [threading.Thread(target=work, args=(d,), name=f"{label} #{d}")
+               for d in range(devices)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    try:
+        warm.wait()
+    except threading.BrokenBarrierError:
+        pass
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    if failures:
+        d, error = failures[0]
+        raise RuntimeError(f"{label}: GPU {d} failed: {error!r}") from error
+    results.sort(key=lambda r: r[0])
+    median = elapsed / frames * 1e3
+    nan = float("nan")
+    return {
+        "mode": label,
+        "strategy": strategy,
+        "size": f"{width}x{height}",
+        "frames": frames,
+        "median_ms": median,
+        "fps": 1e3 / median,
+        "host_ms": nan,
+        "gpu_ms": nan,
+        "setup_mallocs": nan,
+        "mallocs_per_frame": 0,
+        "device_used_mib": nan,
+        "peak_mib": sum(capacity for capacity, _ in used) / 2**20,
+        "per_gpu": [stats for _, stats in used],
+    }, results
+
+
 def run_under_pool(height, width, frames, warmup, source, keep, overlays):
     """`run_mode` of malloc-pool, in a process whose Numba memory manager is
     devalloc's pool (the manager is chosen before CUDA starts)."""
@@ -703,6 +782,9 @@ def main(argv=None):
                         help="frames in flight: above 1, devalloc (and devalloc-graph, when "
                              "chosen) also run with that many streams (devalloc.ArenaRing), "
                              "and with 1 to compare")  # fmt: skip
+    parser.add_argument("--devices", type=int, default=None,
+                        help="GPUs: devalloc also runs with its frames split across this many, "
+                             "a host thread per GPU, and on one to compare")  # fmt: skip
     # (for run_under_pool: the frames to keep, and where to leave one mode's results)
     parser.add_argument("--keep", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
@@ -720,6 +802,13 @@ def main(argv=None):
         parser.error(f"--streams must be from 1 to 64 (got {args.streams})")
     if args.streams > 1 and args.input is not None:
         parser.error("--streams renders its own frames: it takes no --input")
+    if args.devices is not None:
+        present = len(cuda.gpus) if gpu else 1  # (the simulator has one)
+        if not 1 <= args.devices <= present:
+            parser.error(f"--devices must be from 1 to the {present} GPU(s) here "
+                         f"(got {args.devices})")  # fmt: skip
+        if args.input is not None:
+            parser.error("--devices renders its own frames: it takes no --input")
     if args.input is not None and not Path(args.input).exists():
         parser.error(f"--input {args.input}: no such file or folder")
     where = (
@@ -770,6 +859,14 @@ def main(argv=None):
                         height, width, frames, warmup, keep, streams, args.strategy, graph
                     )
                     rows.append(row)
+        if args.devices is not None:  # the same frames on one GPU, then split across several
+            for devices in sorted({1, args.devices}):
+                row, results[row["mode"]] = run_devices(
+                    height, width, frames, warmup, keep, devices, args.strategy
+                )
+                rows.append(row)
+                for d, stats in enumerate(row["per_gpu"]):
+                    print(f"{row['mode']}, GPU {d}: {stats}")
         if len(results) > 1:
             verdicts.append(f"{width}x{height}: " + compare(results))
     print_table(rows)

@@ -143,6 +143,31 @@ def test_frames_in_flight_give_the_same_results(mode, modes):
     assert f"identical across {modes} (3 frames checked" in result.stdout
 
 
+def test_frames_split_across_gpus_give_the_same_results():
+    # One GPU here (or the simulator's one): the threaded per-GPU path, against
+    # the plain mode; each GPU's arena stats are printed.
+    result = run_pipeline(
+        "--mode", "devalloc", "--size", "24x16", "--frames", "3", "--warmup", "1",
+        "--devices", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "identical across devalloc, devalloc 1 GPU (3 frames checked" in result.stdout
+    stats = [
+        line for line in result.stdout.splitlines() if line.startswith("devalloc 1 GPU, GPU 0:")
+    ]
+    assert len(stats) == 1 and "'frames': 4" in stats[0]  # the warm-up frame and 3 timed
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(("--devices", "0"), "--devices must be from 1"), (("--devices", "64"), "(got 64)"),
+     (("--devices", "1", "--input", "."), "no --input")],
+)  # fmt: skip
+def test_frame_pipeline_refuses_bad_devices(args, message):
+    result = run_pipeline("--mode", "devalloc", *args)
+    assert result.returncode == 2 and message in result.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [(("--streams", "0"), "from 1 to 64"), (("--streams", "2", "--input", "."), "no --input")],
