@@ -34,14 +34,11 @@ the frame, one line per row against size for sizes.
 
 import argparse
 import dataclasses
-import datetime
 import importlib.metadata
 import itertools
 import json
 import os
-import platform
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -449,40 +446,6 @@ def run_child(name, args):
     return json.loads(lines[-1])
 
 
-def package_version(name):
-    others = {"cupy": ["cupy-cuda13x", "cupy-cuda12x"], "rmm": ["rmm-cu13", "rmm-cu12"]}
-    for distribution in (name, *others.get(name, [])):
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def environment():
-    gpu = driver = None
-    if shutil.which("nvidia-smi"):
-        query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
-        done = subprocess.run(query, capture_output=True, text=True)
-        if done.returncode == 0 and done.stdout.strip():
-            gpu, driver = (part.strip() for part in done.stdout.splitlines()[0].split(","))
-    cpu = platform.processor()
-    if Path("/proc/cpuinfo").exists():
-        names = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((n.split(":", 1)[1].strip() for n in names if n.startswith("model name")), cpu)
-    packages = ["numba-cuda", "cuda-bindings", "cuda-core", "cupy", "torch", "rmm", "numpy"]
-    return {
-        "gpu": gpu or "none (CUDA simulator)",
-        "driver": driver,
-        "cpu": cpu,
-        "simulator": os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
-        "python": platform.python_version(),
-        **{name: package_version(name) for name in packages},
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
-    }
-
-
 def print_not_measured(r):
     print(f"{r['row']:16} {'skipped' if 'skipped' in r else 'ERROR':>10}  "
           f"{r.get('skipped') or r.get('error')}")  # fmt: skip
@@ -648,7 +611,7 @@ def main():
         return 0
 
     sys.path.insert(0, str(ROOT))
-    from kernels.world import simulate_without_gpu
+    from kernels.world import environment, simulate_without_gpu
 
     simulate_without_gpu()  # the children inherit the choice
     results = []

@@ -3,9 +3,7 @@ pytest-benchmark suite. Device times come from CUDA events around the launch,
 after warm-up; every figure is the median of several repetitions, and each
 comparison is made against baselines measured in the same process."""
 
-import datetime
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -20,35 +18,16 @@ from devalloc import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernels import bench as K
+from kernels import world
 
 BLOCK = 256
 MIXED = 0  # `size` argument meaning "hashed sizes of 4 B - 8 KiB"
 
 
 def environment():
-    device = cuda.get_current_device()
-    import numba_cuda
-
-    name = getattr(device, "name", "CUDA simulator")  # (the simulator's device has none)
-    return {
-        "gpu": name.decode() if isinstance(name, bytes) else name,
-        "compute_capability": list(device.compute_capability),
-        "driver": _driver_version(),
-        "numba_cuda": numba_cuda.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "date": datetime.date.today().isoformat(),
-        "command": " ".join(sys.argv),
-    }
-
-
-def _driver_version():
-    try:
-        from numba.cuda.cudadrv.driver import driver
-
-        return ".".join(str(v) for v in driver.get_version())
-    except Exception as error:  # the figure is context, not a result
-        return f"unknown ({error})"
+    """`kernels.world.environment` and the GPU's compute capability."""
+    capability = getattr(cuda.get_current_device(), "compute_capability", None)  # CUDA starts
+    return {**world.environment(), "compute_capability": list(capability or []) or None}
 
 
 def device_ms(launch, reps=7, warmup=2, queued=False):

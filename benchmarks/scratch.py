@@ -59,11 +59,8 @@ tiny (then the times mean nothing; the checks do).
 """
 
 import argparse
-import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -74,6 +71,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels import world  # noqa: E402
 from kernels.world import simulate_without_gpu  # noqa: E402
 
 simulate_without_gpu()
@@ -577,31 +575,8 @@ def measure_mode(mode, setup):
 # -- reporting --------------------------------------------------------------------------
 
 
-def package_version(name):
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def environment(argv):
-    env = {}
-    if not SIMULATOR:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from measure import environment as gpu_environment
-
-        env.update(gpu_environment())
-    else:
-        env.update(gpu="none (Numba's CUDA simulator)", python=platform.python_version())
-    packages = ("devalloc", "numba-cuda", "cuda-core", "cuda-bindings", "numpy")
-    env.update(
-        simulator=SIMULATOR,
-        packages={name: package_version(name) for name in packages},
-        date=datetime.date.today().isoformat(),
-        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        command=shlex.join(["python", "benchmarks/scratch.py", *argv]),
-    )
-    return env
+    return world.environment(command=shlex.join(["python", "benchmarks/scratch.py", *argv]))
 
 
 def length_summary(lengths_sets):

@@ -246,7 +246,7 @@ def main(argv=None):
         names = ("sequences", "shortest", "longest", "heads", "dim", "threads", "steps")
         shape = {name: getattr(args, name) for name in names}
         shape["lengths"] = [int(n) for n in lengths]
-        record = {"environment": environment(gpu), "shape": shape, "results": rows}
+        record = {"environment": environment(), "shape": shape, "results": rows}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=1))
         print(f"wrote {args.out}")

@@ -876,7 +876,7 @@ def main(argv=None):
 
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        record = {"environment": environment(gpu), "results": rows}
+        record = {"environment": environment(), "results": rows}
         path = args.out / "pipeline.json"
         path.write_text(json.dumps(record, indent=1))
         print(f"wrote {path}")

@@ -15,23 +15,58 @@ def simulate_without_gpu():
     return os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
 
 
-def environment(gpu):
-    """Where a result was measured: the GPU (or the simulator), versions, date
-    and the command, for the examples' results files."""
+PACKAGES = ("devalloc", "numba-cuda", "cuda-bindings", "cuda-core", "cupy", "torch", "rmm",
+            "numpy")  # fmt: skip
+_DISTRIBUTIONS = {"cupy": ("cupy-cuda13x", "cupy-cuda12x"), "rmm": ("rmm-cu13", "rmm-cu12")}
+
+
+def package_version(name):
+    """The installed version of `name` (or of its CUDA-specific wheel), or None."""
+    import importlib.metadata
+
+    for distribution in (name, *_DISTRIBUTIONS.get(name, ())):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def environment(command=None):
+    """Where a result was measured, for every results file: the GPU and driver
+    (from nvidia-smi: CUDA is not started, so a process may still choose its
+    memory manager), the CPU, Python, the packages' versions, the date and the
+    command (this process's, unless given)."""
     import datetime
     import platform
+    import shlex
+    import subprocess
     import sys
 
-    import numba_cuda
-    import numpy as np
-    from numba import cuda
-
-    device = cuda.get_current_device().name if gpu else "CUDA simulator"
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    gpu = driver = None
+    if not simulated and shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+        done = subprocess.run(query, capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip():
+            gpu, driver = (part.strip() for part in done.stdout.splitlines()[0].split(","))
+    cpu = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as info:
+            names = [line for line in info if line.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    versions = {name: package_version(name) for name in PACKAGES}
+    now = datetime.datetime.now(datetime.timezone.utc)
     return {
-        "gpu": device.decode() if isinstance(device, bytes) else device,
-        "numba_cuda": numba_cuda.__version__,
-        "numpy": np.__version__,
+        "gpu": gpu or "CUDA simulator",
+        "driver": driver,
+        "cpu": cpu,
+        "simulator": simulated,
         "python": platform.python_version(),
-        "date": datetime.date.today().isoformat(),
-        "command": " ".join(sys.argv),
+        "numba_cuda": versions["numba-cuda"],
+        "numpy": versions["numpy"],
+        "packages": versions,
+        "date": now.date().isoformat(),
+        "time": now.isoformat(timespec="seconds"),
+        "command": command or shlex.join(["python", *sys.argv]),
     }

@@ -44,7 +44,7 @@ def test_sizes_workload(tmp_path):
     data = json.loads(out.read_text())
     assert data["workload"] == "sizes" and data["sizes"] == [4096, 65536]
     assert data["frames"] == 5 and data["warmup"] == 1 and data["budget_s"] > 0
-    assert "rmm" in data["environment"]
+    assert "rmm" in data["environment"]["packages"]
     results = {r["row"]: r for r in data["results"]}
     assert list(results) == rows
     for name in rows if not SIMULATOR else rows[:2]:
