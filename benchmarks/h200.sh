@@ -5,6 +5,7 @@
 # but `compare` (every comparison with other tools: a call of its own, ~8 minutes).
 #   device run:  bash benchmarks/h200.sh                        (carry: [".whl"])
 #                bash benchmarks/h200.sh compare   (carry: [".whl", ".whl-peers", ".peers"])
+#                bash benchmarks/h200.sh multi-gpu (kind nvidia-h200-x2; carry: [".whl", ".whl-dask"])
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT/all"
 stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
@@ -49,6 +50,21 @@ for stage in $stages; do
         fi
         timeout 540 python3 benchmarks/run.py --suites --compare all --out "$OUT/all/compare.json" \
           2>&1 | tee "$OUT/compare.log" | tail -40 ;;
+    multi-gpu) # two GPUs or more (kind nvidia-h200-x2): the tests that need them, the pipeline
+        # split across the GPUs at 1080p and 4K, and Dask with a worker per GPU (dask-cuda and
+        # distributed from .whl-dask/, README)
+        if [ -d .whl-dask ]; then
+          python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl-dask/*.whl
+        fi
+        timeout 120 $gpu_tests -k "second_gpu or another_context or threads_first_launch" 2>&1 | tee "$OUT/multi-gpu.log" | tail -6
+        n=$(nvidia-smi -L | wc -l)
+        timeout 240 python3 examples/frame_pipeline.py --mode devalloc --devices "$n" --frames 400 \
+          --size 1920x1080 --size 3840x2160 2>&1 | grep -v "it/s" | tee -a "$OUT/multi-gpu.log" | tail -14
+        timeout 120 python3 -m pytest -q -p no:cacheprovider --timeout=100 tests/test_dask.py 2>&1 \
+          | tee -a "$OUT/multi-gpu.log" | tail -3
+        timeout 180 python3 examples/dask_pipeline.py --frames 400 --size 3840x2160 2>&1 \
+          | tee -a "$OUT/multi-gpu.log" | tail -4 ;;
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
         --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/host-pools.log" | tail -14
         cp "$OUT/all/host-pools.json" "$OUT/" ;;
