@@ -1,9 +1,11 @@
 """`devalloc.dask`: each Dask worker owns an arena; tasks use it, their overflow
 reaches the client whole, and the arenas close with the workers."""
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from numba import cuda
 
 import devalloc
+from devalloc.backend import SIMULATOR
 
 distributed = pytest.importorskip("distributed")
 from devalloc.dask import ArenaPlugin, worker_arena  # noqa: E402
@@ -23,13 +26,21 @@ def take(arena, nbytes, out):
     out[cuda.grid(1)] = arena.alloc(nbytes, np.uint8).size
 
 
+# Numba's simulator swaps the `cuda` module in a kernel's globals while the kernel
+# runs, so two in-process workers' tasks must not run at once there (one saw the
+# fake module in place of numba.cuda: 'FakeCUDAModule' object has no attribute
+# 'to_device'). On a GPU tasks run side by side.
+_ONE_AT_A_TIME = threading.Lock() if SIMULATOR else contextlib.nullcontext()
+
+
 def allocate_in_a_task(nbytes):
     """A task: 32 threads each allocate `nbytes` in the worker's arena, in a frame."""
     arena = worker_arena()
-    out = cuda.to_device(np.full(32, -1, np.int64))
-    with arena.frame():
-        take[1, 32](arena, nbytes, out)
-    return id(arena), out.copy_to_host().tolist()
+    with _ONE_AT_A_TIME:
+        out = cuda.to_device(np.full(32, -1, np.int64))
+        with arena.frame():
+            take[1, 32](arena, nbytes, out)
+        return id(arena), out.copy_to_host().tolist()
 
 
 @pytest.fixture
