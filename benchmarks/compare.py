@@ -69,8 +69,8 @@ def run_comparisons(names, progress=print):
 
 def load_comparisons(folder):
     """The results of comparisons run before, from `folder`/<name>.json."""
-    return {name: json.loads((Path(folder) / f"{name}.json").read_text())
-            for name in COMPARISONS if (Path(folder) / f"{name}.json").exists()}  # fmt: skip
+    files = {name: Path(folder) / f"{name}.json" for name in COMPARISONS}
+    return {name: json.loads(file.read_text()) for name, file in files.items() if file.exists()}
 
 
 def _row(scenario, other, devalloc_cost, other_cost, devalloc_bytes=None, other_bytes=None):

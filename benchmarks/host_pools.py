@@ -504,16 +504,15 @@ def plot(data, path):
     rows = [r for r in data["results"] if "median_us" in r]
     if plt is None or not rows:
         return
-    medians = [r["median_us"] for r in rows]
-    spread = [
-        [r["median_us"] - r["p10_us"] for r in rows],
-        [r["p90_us"] - r["median_us"] for r in rows],
-    ]
-    colors = ["#1b7837" if r["row"].startswith("devalloc") else "#4393c3" for r in rows]
+    from plot import spread_barh
+
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
-    ax.barh([r["row"] for r in rows], medians, xerr=spread, color=colors, capsize=3)
-    ax.set_xscale("log")
-    ax.invert_yaxis()
+    spread_barh(
+        ax, [r["row"] for r in rows], [r["p10_us"] for r in rows],
+        [r["median_us"] for r in rows], [r["p90_us"] for r in rows],
+        [r["row"].startswith("devalloc") for r in rows],
+        [f"{r['median_us']:.1f} us" for r in rows],
+    )  # fmt: skip
     ax.set_xlabel("host time per frame, us (median; bars: 10th-90th percentile)")
     env = data["environment"]
     ax.set_title(
@@ -521,9 +520,6 @@ def plot(data, path):
         f"dropped\n{env['gpu']}, {env['cpu']}, {env['date'][:10]}",
         fontsize=9,
     )
-    ax.set_xlim(min(r["p10_us"] for r in rows) / 2, max(r["p90_us"] for r in rows) * 3)
-    for y, r in enumerate(rows):
-        ax.text(r["p90_us"] * 1.1, y, f"{r['median_us']:.1f} us", va="center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

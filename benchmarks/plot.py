@@ -33,6 +33,20 @@ LABELS = {
 }
 
 
+def spread_barh(ax, labels, low, median, high, ours, notes, room=3):
+    """Horizontal bars of `median` with whiskers from `low` to `high` (the 10th
+    and 90th percentiles) on a log axis, devalloc's rows (`ours`) green, and
+    each row's note written right of its whisker."""
+    spread = [[m - lo for m, lo in zip(median, low)], [hi - m for m, hi in zip(median, high)]]
+    colors = ["#1b7837" if mine else "#4393c3" for mine in ours]
+    ax.barh(labels, median, xerr=spread, color=colors, capsize=3)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlim(min(low) / 2, max(high) * room)
+    for y, (hi, note) in enumerate(zip(high, notes)):
+        ax.text(hi * 1.1, y, note, va="center", fontsize=8)
+
+
 def _title(fig, env):
     fig.suptitle(f"{env['gpu']}, numba-cuda {env['numba_cuda']}, {env['date']}", fontsize=9)
 

@@ -631,16 +631,18 @@ def plot(data, path):
     rows = [r for r in data["results"] if "host_us" in r]
     if not rows:
         return None
-    medians = [r["host_us"]["median"] for r in rows]
-    spread = [
-        [r["host_us"]["median"] - r["host_us"]["p10"] for r in rows],
-        [r["host_us"]["p90"] - r["host_us"]["median"] for r in rows],
-    ]
-    colors = ["#1b7837" if r["mode"].startswith("devalloc") else "#4393c3" for r in rows]
+    from plot import spread_barh
+
+    notes = []
+    for r in rows:
+        note = f"{r['host_us']['median']:.1f} us, holds {size(r['held_bytes'])}"
+        notes.append(note if r["check"] == "ok" else note + " (WRONG OUTPUT)")
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(rows) + 1.8))
-    ax.barh([r["mode"] for r in rows], medians, xerr=spread, color=colors, capsize=3)
-    ax.set_xscale("log")
-    ax.invert_yaxis()
+    spread_barh(
+        ax, [r["mode"] for r in rows], [r["host_us"]["p10"] for r in rows],
+        [r["host_us"]["median"] for r in rows], [r["host_us"]["p90"] for r in rows],
+        [r["mode"].startswith("devalloc") for r in rows], notes, room=8,
+    )  # fmt: skip
     ax.set_xlabel("wall time per launch, us (median; bars: 10th-90th percentile)")
     env, p, lengths = data["environment"], data["parameters"], data["lengths"]
     ax.set_title(
@@ -649,14 +651,6 @@ def plot(data, path):
         f"{size(data['needed_bytes'])}\n{env['gpu']}, {env['date']}",
         fontsize=9,
     )
-    low = min(r["host_us"]["p10"] for r in rows)
-    high = max(r["host_us"]["p90"] for r in rows)
-    ax.set_xlim(low / 2, high * 8)
-    for y, r in enumerate(rows):
-        note = f"{r['host_us']['median']:.1f} us, holds {size(r['held_bytes'])}"
-        if r["check"] != "ok":
-            note += " (WRONG OUTPUT)"
-        ax.text(r["host_us"]["p90"] * 1.1, y, note, va="center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -585,14 +585,22 @@ def run_streamed(height, width, frames, warmup, keep, streams, strategy, graph=F
         elapsed = time.perf_counter() - began
         timeline = frame_timeline(ring, one_frame, warmup + frames, 4 * streams)
         ring.check()
-    median = elapsed / frames * 1e3
+    row = whole_run_row(f"{kind} x{streams}", strategy, width, height, frames, elapsed,
+                        streams * capacity, timeline=timeline)  # fmt: skip
+    return row, results
+
+
+def whole_run_row(mode, strategy, width, height, frames, elapsed, held_bytes, **more):
+    """The table's row for a run timed whole (`elapsed` seconds for `frames`
+    frames, frames/s, not each frame's time): what per frame it cannot say is nan."""
+    per_frame = elapsed / frames * 1e3
     nan = float("nan")
     return {
-        "mode": f"{kind} x{streams}", "strategy": strategy, "size": f"{width}x{height}",
-        "frames": frames, "median_ms": median, "fps": 1e3 / median, "host_ms": nan,
-        "gpu_ms": nan, "setup_mallocs": nan, "mallocs_per_frame": 0,
-        "peak_mib": streams * capacity / 2**20, "device_used_mib": nan, "timeline": timeline,
-    }, results  # fmt: skip
+        "mode": mode, "strategy": strategy, "size": f"{width}x{height}", "frames": frames,
+        "median_ms": per_frame, "fps": 1e3 / per_frame, "host_ms": nan, "gpu_ms": nan,
+        "setup_mallocs": nan, "mallocs_per_frame": 0, "peak_mib": held_bytes / 2**20,
+        "device_used_mib": nan, **more,
+    }  # fmt: skip
 
 
 def frame_timeline(ring, one_frame, first, count):
@@ -673,23 +681,10 @@ def run_devices(height, width, frames, warmup, keep, devices, strategy):
         d, error = failures[0]
         raise RuntimeError(f"{label}: GPU {d} failed: {error!r}") from error
     results.sort(key=lambda r: r[0])
-    median = elapsed / frames * 1e3
-    nan = float("nan")
-    return {
-        "mode": label,
-        "strategy": strategy,
-        "size": f"{width}x{height}",
-        "frames": frames,
-        "median_ms": median,
-        "fps": 1e3 / median,
-        "host_ms": nan,
-        "gpu_ms": nan,
-        "setup_mallocs": nan,
-        "mallocs_per_frame": 0,
-        "device_used_mib": nan,
-        "peak_mib": sum(capacity for capacity, _ in used) / 2**20,
-        "per_gpu": [stats for _, stats in used],
-    }, results
+    held = sum(capacity for capacity, _ in used)
+    row = whole_run_row(label, strategy, width, height, frames, elapsed, held,
+                        per_gpu=[stats for _, stats in used])  # fmt: skip
+    return row, results
 
 
 def run_under_pool(height, width, frames, warmup, source, keep, overlays):

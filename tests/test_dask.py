@@ -2,9 +2,6 @@
 reaches the client whole, and the arenas close with the workers."""
 
 import contextlib
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +11,7 @@ from numba import cuda
 
 import devalloc
 from devalloc.backend import SIMULATOR
+from helpers import run_script
 
 distributed = pytest.importorskip("distributed")
 from devalloc.dask import ArenaPlugin, worker_arena  # noqa: E402
@@ -95,11 +93,6 @@ def test_bad_sizes_are_refused_on_the_client():
 
 @pytest.mark.slow
 def test_the_dask_pipeline_example_matches_frames_computed_locally():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "dask_pipeline.py"), "--frames", "4"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    result = run_script(ROOT / "examples" / "dask_pipeline.py", "--frames", "4")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "frames [0, 1] identical to the same frames computed here" in result.stdout

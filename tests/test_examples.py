@@ -2,9 +2,6 @@
 (on the simulator without a GPU)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -178,14 +175,10 @@ def test_frame_pipeline_refuses_bad_streams(args, message):
 
 
 def test_attention_example_matches_numpy_in_every_mode(tmp_path):
-    example = ROOT / "examples" / "attention_scratch.py"
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path)
-    result = subprocess.run(
-        [sys.executable, str(example), "--steps", "2", "--sequences", "3", "--shortest", "3",
-         "--longest", "40", "--heads", "2", "--dim", "4", "--threads", "4",
-         "--out", str(tmp_path / "attention.json")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    result = run_script(
+        ROOT / "examples" / "attention_scratch.py", "--steps", "2", "--sequences", "3",
+        "--shortest", "3", "--longest", "40", "--heads", "2", "--dim", "4", "--threads", "4",
+        "--out", str(tmp_path / "attention.json"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "every mode's output matches NumPy's" in result.stdout
