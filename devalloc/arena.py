@@ -89,9 +89,12 @@ def _dims(shape):
 
 def _number_dtype(dtype):
     try:
-        dtype = np.dtype(numpy_dtype_of(dtype))
+        dtype = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype!r})") from None
+        try:  # a Numba scalar type (numba.float32): off the common path
+            dtype = np.dtype(numpy_dtype_of(dtype))
+        except TypeError:
+            raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype!r})") from None
     if dtype.kind not in _NUMBER_KINDS:
         raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype})")
     return dtype
