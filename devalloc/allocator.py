@@ -43,13 +43,14 @@ at once refill it once.
                  -> warp's tail (bump) ----------------> chunks
 
 *The hot path* is what a CUDA engineer would write by hand, and what the
-instruction count of the H200's SASS says it costs: a whole warp runs a copy
-compiled for the constant full mask (no convergence checks in the warp
-primitives), a chunk of small requests is one CAS on the warp's slab word
-(`carve_small`), and the group's leader counts it with two native 32-bit
-shared atomics (the block's counters are int32; 64-bit shared atomic adds are
-CAS loops on sm_90). Anything else (alignment to keep, a dry slab, lanes left
-over) falls through to the general path.
+instruction count of the H200's SASS says it costs (`take_uniform_small`): a
+whole warp asking alike for less than `align` checks that with one 32-bit
+shuffle and a ballot; its lane 0 takes the warp's 32 chunks with a plain
+shared load and store of the warp's slab word and counts them in its tally,
+a per-thread local array that the compiler keeps in registers (summed over
+the warp once, at its exit); one shuffle hands out the start. Anything else
+(mixed or aligned sizes, diverged lanes, a spent arena) takes the general
+path, which is compiled once for the full mask and once for any other.
 
 The cursor is never left past the end of the arena. The first request that
 runs past it puts it back (to where it was, or to the end if it took the rest),
@@ -57,7 +58,7 @@ and requests that arrive meanwhile wait for that and try again: a request fails
 only if the arena, as the successful requests left it, has no room for it.
 """
 
-from numba import cuda
+from numba import cuda, int32
 
 from . import layout as L
 from .backend import (
@@ -145,37 +146,46 @@ def begin_replay(hdr):
 
 
 @device_function
-def enter_block(hdr, state, slot):
-    """Every thread at the start of the kernel: the block's threads zero its state
-    (the first thread of the grid also folds the other slot), then meet at a
-    barrier. Returns the thread's warp within the block."""
-    threads = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
+def enter_block(hdr, state, tally, slot):
+    """Every thread at the start of the kernel: zero its tally; each warp's lane 0
+    zeroes the warp's words, the block's first thread the block's (and, in the
+    grid's first block, folds the other slot); then they meet at a barrier.
+    Returns the thread's warp within the block. (Straight-line stores: a loop
+    over the block's words, strided by its size, cost a 64-bit division.)"""
+    tally[L.TALLY_ALLOCS] = 0
+    tally[L.TALLY_GRANULES] = 0
     tid = cuda.threadIdx.x + cuda.blockDim.x * (
         cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z
     )
-    word = tid
-    while word < L.BLOCK_WORDS:
-        state[word] = 0
-        if word == L.BLOCK_LIVE:
-            state[word] = threads  # (the int32 count in its low half)
-        if word == L.BLOCK_ASKED:
-            state[word] = L.NOTHING_ASKED
-        word += threads
-    if tid == 0 and (cuda.blockIdx.x | cuda.blockIdx.y | cuda.blockIdx.z) == 0:
-        fold_other_slot(hdr, slot)
+    warp = (tid >> 5) & (L.MAX_WARPS - 1)  # (masked: the compiler sees it is no negative index)
+    if cuda.laneid == 0:
+        state[L.WARP_SLAB + warp] = 0
+        state[L.WARP_TAKEN + warp] = 0
+        state[L.WARP_ALLOCS + warp] = 0
+        state[L.WARP_GRANULES + warp] = 0
+    if tid == 0:
+        state[L.BLOCK_LIVE] = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z  # (int32 half)
+        state[L.BLOCK_SLAB] = 0
+        state[L.BLOCK_FAILED] = 0
+        state[L.BLOCK_ASKED] = L.NOTHING_ASKED
+        state[L.BLOCK_TAKEN] = 0
+        if (cuda.blockIdx.x | cuda.blockIdx.y | cuda.blockIdx.z) == 0:
+            fold_other_slot(hdr, slot)
     cuda.syncthreads()
-    return (tid >> 5) & (L.MAX_WARPS - 1)  # (masked: the compiler sees it is no negative index)
+    return warp
 
 
 @device_function
-def leave_block(hdr, state, slot, seq, kernel, align):
-    """Every thread on its way out of the kernel; the block's last one hands the
-    unused tail of its slab back to the arena if nothing was taken after it,
-    adds the block's counts to the slot and its allocations to its kernel's
-    count (one global reduction per count, none if it allocated nothing) and
-    reports its failures, if it had any.
+def leave_block(hdr, state, tally, warp, slot, seq, kernel, align):
+    """Every thread on its way out of the kernel. The lanes leaving together add
+    up their tallies (a scan of shuffles, none if none of them allocated) and
+    their leader adds the sums to the warp's words; the block's last thread
+    hands the unused tail of its slab back to the arena if nothing was taken
+    after it, adds the block's counts to the slot and its allocations to its
+    kernel's count (one global reduction per count, none if it allocated
+    nothing) and reports its failures, if it had any.
 
-    Each warp's leader takes its lanes off the block's count of live threads
+    Each group's leader takes its lanes off the block's count of live threads
     with one int32 shared atomic of acquire-release order: its warp's counts
     are published before, and the last one sees every warp's. (A 64-bit count
     behind a fence cost 0.4 us more a launch on the H200, 2026-12-01: sm_90
@@ -184,17 +194,30 @@ def leave_block(hdr, state, slot, seq, kernel, align):
     `cuda.syncthreads()` among the rest, would meet the others' barrier there
     and let the block's exit run while they still allocate."""
     mask = activemask()
-    syncwarp(mask)  # the other lanes' counts, before the leader publishes them
-    if cuda.laneid == cuda.ffs(mask) - 1:
+    lane = cuda.laneid
+    leader = cuda.ffs(mask) - 1
+    allocs = tally[L.TALLY_ALLOCS]
+    granules = tally[L.TALLY_GRANULES]
+    counted = ballot_sync(mask, (allocs != 0) | (granules != 0))
+    if counted != 0:
+        adder = cuda.ffs(counted) - 1  # usually the only one: leaders count their groups'
+        if counted & (counted - 1) != 0:  # several: add them up at the group's leader
+            _, allocs = exclusive_scan(mask, lane, allocs)
+            _, granules = exclusive_scan(mask, lane, granules)
+            adder = leader
+        if lane == adder:  # (other groups of the warp may be leaving too)
+            cuda.atomic.add(state, L.WARP_ALLOCS + warp, allocs)
+            cuda.atomic.add(state, L.WARP_GRANULES + warp, granules)
+    syncwarp(mask)  # the other lanes' failure counts, before the leader publishes them
+    if lane == leader:
         lanes = cuda.popc(mask)
-        counts = int32_words(state)
-        if leave_add(counts, 2 * L.BLOCK_LIVE, -lanes) == lanes:
+        if leave_add(int32_words(state), 2 * L.BLOCK_LIVE, -lanes) == lanes:
             hand_back_tail(hdr, slot, state[L.BLOCK_SLAB], align >> 4)
             allocs = 0
             granules = 0
-            for warp in range((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5):
-                allocs += counts[L.COUNT_ALLOCS + 2 * warp]
-                granules += counts[L.COUNT_GRANULES + 2 * warp]
+            for w in range((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5):
+                allocs += state[L.WARP_ALLOCS + w]
+                granules += state[L.WARP_GRANULES + w]
             if (allocs != 0) | (granules != 0):  # fire and forget: need not wait for it
                 block = cuda.blockIdx.x + cuda.gridDim.x * (
                     cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z
@@ -240,45 +263,20 @@ def report_failures(hdr, slot, seq, failed, largest):
 
 
 @device_function
-def count(hdr, state, slot, counter, word, amount):
-    """Add `amount` (below 2**21) to one of a warp's int32 counters (`counter`: its
-    index among the int32 words); an add that finds it past COUNT_FLUSH moves
-    that much to the slot's `word`, so a warp can count past 2**31."""
-    counts = int32_words(state)
-    if cuda.atomic.add(counts, counter, amount) >= L.COUNT_FLUSH:
-        # Two adds may both see it this far and both move COUNT_FLUSH: the sum
-        # of counter and slot stays right, and the counter stays far from -2**31.
-        cuda.atomic.sub(counts, counter, L.COUNT_FLUSH)
-        reduce_add(hdr, slot * L.SLOT_WORDS + word, L.COUNT_FLUSH)
+def count_into(tally, allocs, granules):
+    """Add to this thread's tally (registers: no memory traffic while allocating)."""
+    tally[L.TALLY_ALLOCS] += allocs
+    tally[L.TALLY_GRANULES] += granules
 
 
 @device_function
-def count_owned(hdr, state, warp, slot, allocs, granules):
-    """`count` both for a whole warp, alone with its counters: one plain 64-bit
-    load and store (each half stays below 2**31, so no carry crosses them)."""
-    both = load_volatile_shared(state, L.WARP_COUNTS + warp) + (allocs << 32) + granules
-    if both >> 32 >= L.COUNT_FLUSH:
-        both -= L.COUNT_FLUSH << 32
-        reduce_add(hdr, slot * L.SLOT_WORDS + L.ALLOCS, L.COUNT_FLUSH)
-    if both & LOW32 >= L.COUNT_FLUSH:
-        both -= L.COUNT_FLUSH
-        reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, L.COUNT_FLUSH)
-    store_volatile_shared(state, L.WARP_COUNTS + warp, both)
-
-
-@device_function
-def count_outcome(hdr, state, warp, slot, mask, succeeded, failed, nbytes):
-    """Add the group's successes and failures to the warp's and the block's
-    counts: one shared atomic each by the group's leader; failing lanes also
-    keep the block's largest failed request. Uses the group's own mask, which
-    also keeps its lanes together on their way out."""
-    made = cuda.popc(ballot_sync(mask, succeeded))
+def count_failures(state, mask, failed, nbytes):
+    """Add the group's failures to the block's count (one shared atomic by the
+    group's leader) and keep the block's largest failed request. Uses the
+    group's own mask, which also keeps its lanes together on their way out."""
     lost = cuda.popc(ballot_sync(mask, failed))
-    if cuda.laneid == cuda.ffs(mask) - 1:
-        if made > 0:
-            count(hdr, state, slot, L.COUNT_ALLOCS + 2 * warp, L.ALLOCS, made)
-        if lost > 0:
-            cuda.atomic.add(state, L.BLOCK_FAILED, lost)
+    if (cuda.laneid == cuda.ffs(mask) - 1) & (lost > 0):
+        cuda.atomic.add(state, L.BLOCK_FAILED, lost)
     if failed:
         cuda.atomic.max(state, L.BLOCK_ASKED, nbytes)
 
@@ -343,7 +341,15 @@ def take_from_arena(hdr, slot, capacity, want, least):
 def cut(slab, need, step, least):
     """Split a slab word: `need` granules starting on a multiple of `step` (at the
     end of the slab no fewer than `least`). Returns ``(start << 24 | granules
-    taken, the slab word left)``, or ``(0, slab)`` when the slab cannot serve it."""
+    taken, the slab word left)``, or ``(0, slab)`` when the slab cannot serve it.
+    Small requests (`step` 1, the common case) take the front of the slab with a
+    few 64-bit operations fewer, no alignment to work out."""
+    if step == 1:
+        room = slab & L.REM_MASK
+        take = min(need, room)
+        if take < least or take <= 0:
+            return 0, slab
+        return (slab - room) | take, slab + (take << L.REM_BITS) - take
     free_at = slab >> L.REM_BITS
     start = (free_at + step - 1) & -step
     room = (slab & L.REM_MASK) - (start - free_at)
@@ -390,16 +396,20 @@ def take_owned(state, warp, granules, step):
 def carve(state, word, need, step, least):
     """`cut` the slab held in state[word], atomically. Returns ``(granules taken as
     `cut` gives them, 0)``, or ``(0, word seen)`` when the slab as seen cannot
-    serve it (REFILLING while it is being refilled)."""
-    while True:
-        old = load_volatile_shared(state, word)
-        if old == REFILLING:
-            return 0, old
+    serve it (REFILLING while it is being refilled). A lost CAS retries with the
+    word it returned, not a fresh load: groups of a block that find a block
+    slab refilled all carve it at once (ncu on the H200, 2026-12-01: four CAS
+    attempts per warp in the single-shot test)."""
+    old = load_volatile_shared(state, word)
+    while old != REFILLING:
         got, rest = cut(old, need, step, least)
         if got == 0:
-            return 0, old
-        if cuda.atomic.cas(state, word, old, rest) == old:
+            break
+        seen = cuda.atomic.cas(state, word, old, rest)
+        if seen == old:
             return got, 0
+        old = seen
+    return 0, old
 
 
 # Refilling: a group that finds a slab too dry locks exactly the word it saw
@@ -409,6 +419,17 @@ def carve(state, word, need, step, least):
 # published whole, a smaller request could take the front of it first and leave
 # the refiller a rest too small, to be dropped at its next refill (on the GPU the
 # lanes that retry alone do run at once).
+
+
+@device_function
+def await_refill(state, word):
+    """Poll a slab word until the group refilling it has published it: a loop of
+    one shared load, where a retried `carve` and `lock` would run about 25
+    instructions a turn (ncu on the H200, 2026-12-01: the warps of a block
+    waiting for its first slab issued 38% of the single-shot test's
+    instructions)."""
+    while load_volatile_shared(state, word) == REFILLING:
+        pause()
 
 
 @device_function
@@ -466,41 +487,61 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
             if done:
                 return got
         else:
-            pause()
+            await_refill(state, L.BLOCK_SLAB)
 
 
 @device_function
-def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct):
+def warp_refill(hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct):
+    """A fresh slab for a warp: from the block's slab, by as much as the warp has
+    taken so far (``warp_slab``), or the whole `align` units the request needs
+    straight from the arena (``direct``, the ``bump`` strategy); 0 for none.
+    Run by the group that holds the warp's slab word."""
+    if direct:
+        align_step = align >> 4
+        units = (need + align_step - 1) & -align_step
+        return slab_from_arena(hdr, slot, capacity, units, need)
+    taken = load_volatile_shared(state, L.WARP_TAKEN + warp)
+    want = min(warp_g, max(need, taken))
+    slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, align >> 4)
+    store_volatile_shared(state, L.WARP_TAKEN + warp, taken + (slab & L.REM_MASK))
+    return slab
+
+
+@device_function
+def from_warp(hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct, owned):
     """Exactly `need` granules on a multiple of `step` from the warp's slab, or
-    0. A dry slab is replaced: from the block's slab, by as much as the warp has
-    taken so far (``warp_slab``), or with the whole `align` units the request
-    needs straight from the arena (``direct``, the ``bump`` strategy). Diverged
-    groups of one warp allocate concurrently (on the hardware, often), so the
-    slab is refilled under a lock."""
-    align_step = align >> 4
+    0. A dry slab is replaced (`warp_refill`). Diverged groups of one warp
+    allocate concurrently (on the hardware, often), so they refill the slab
+    under a lock; a whole warp (`owned`, after `take_owned` found the slab
+    short) is alone with it and replaces it with plain stores."""
+    if owned:
+        slab = warp_refill(
+            hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct
+        )
+        if slab == 0:  # the arena is spent: the old slab stays
+            return 0
+        got, rest = cut(slab, need, step, need)
+        store_volatile_shared(state, warp, rest)
+        return got
     while True:
         got, seen = carve(state, warp, need, step, need)
         if got != 0:
             return got
         if lock(state, warp, seen):
-            if direct:
-                units = (need + align_step - 1) & -align_step
-                slab = slab_from_arena(hdr, slot, capacity, units, need)
-            else:
-                taken = load_volatile_shared(state, L.WARP_TAKEN + warp)
-                want = min(warp_g, max(need, taken))
-                slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, align_step)
-                if slab != 0:
-                    cuda.atomic.exch(state, L.WARP_TAKEN + warp, taken + (slab & L.REM_MASK))
+            slab = warp_refill(
+                hdr, state, warp, slot, capacity, need, step, align, warp_g, block_g, direct
+            )
             got, done = refill(state, warp, seen, slab, need, step, need)
             if done:
                 return got
         else:
-            pause()
+            await_refill(state, warp)
 
 
 @device_function
-def take_chunk(hdr, state, warp, slot, capacity, align, log2_slab, granules, aligned, direct):
+def take_chunk(
+    hdr, state, warp, slot, capacity, align, log2_slab, granules, aligned, direct, owned
+):
     """Exactly `granules` for a group (or one lane): from the warp's slab, or from
     the block's slab if larger than a warp slab, or straight from the arena if
     larger than that. Returns the chunk's first granule, -1 for none."""
@@ -516,7 +557,7 @@ def take_chunk(hdr, state, warp, slot, capacity, align, log2_slab, granules, ali
     got = 0
     if granules <= warp_g:
         got = from_warp(
-            hdr, state, warp, slot, capacity, granules, step, align, warp_g, block_g, direct
+            hdr, state, warp, slot, capacity, granules, step, align, warp_g, block_g, direct, owned
         )
     elif granules <= block_g:
         got = from_block(hdr, state, slot, capacity, granules, step, granules, block_g, align >> 4)
@@ -588,22 +629,72 @@ def lane_granules(nbytes, align):
     return granules
 
 
+NOT_SERVED = -2  # what the fast path returns for a request it leaves to the general one
+
+
 @device_function
-def group_alloc(hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct):
+def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct):
     """Allocation for every lane that calls it together: one chunk for the group,
-    then, for the lanes it could not serve, one try each. A whole warp, the
-    common case, gets a copy compiled for its constant mask: the warp
-    primitives then need no check that their lanes have converged."""
+    then, for the lanes it could not serve, one try each. A whole warp asking
+    alike for less than `align` takes the fast path; otherwise (and when the
+    arena cannot give its chunk) it gets a copy of the general path compiled for
+    its constant mask: the warp primitives then need no check that their lanes
+    have converged."""
     mask = activemask()
     if mask == FULL_MASK:
-        return alloc_for(
-            FULL_MASK, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct
+        offset = take_uniform_small(
+            hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
         )
-    return alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct)
+        if offset != NOT_SERVED:
+            return offset
+        return alloc_for(
+            FULL_MASK, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
+        )
+    return alloc_for(
+        mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
+    )
 
 
 @device_function
-def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct):
+def take_uniform_small(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct):
+    """The fast path: a whole warp whose lanes all ask for the same `nbytes`, below
+    `align`, takes 32 chunks of it packed from the front of its slab. Its lane 0
+    does it with a plain shared load and store (the whole warp is here, so no
+    other group of it can touch its slab word, and no refill is under way), or,
+    when the slab is short, refills it (`take_chunk`), and counts it in its
+    tally. Returns this lane's byte offset, or NOT_SERVED when the request is
+    not of that kind or the arena cannot give the warp's chunk: the general
+    path takes over, where lanes may still be served alone. (One 32-bit
+    shuffle checks that the lanes agree: a request below `align` fits in 31
+    bits. Refilling here, not through the general path, saved a third of
+    what a refill cost: on the H200, 2026-12-01, one in six of the sustained
+    benchmark's allocations refills.)"""
+    low = int32(nbytes & 0x7FFFFFFF)
+    other = (low != shfl_sync(FULL_MASK, low, 0)) | (nbytes <= 0) | (nbytes >= align)
+    if ballot_sync(FULL_MASK, other) != 0:
+        return NOT_SERVED
+    granules = (nbytes + L.GRANULE - 1) >> 4
+    chunk = granules << 5
+    start = -1
+    if cuda.laneid == 0:
+        old = load_volatile_shared(state, warp)
+        if (old & L.REM_MASK) >= chunk:
+            store_volatile_shared(state, warp, old + (chunk << L.REM_BITS) - chunk)
+            start = old >> L.REM_BITS
+        elif chunk << 4 <= capacity:
+            start = take_chunk(
+                hdr, state, warp, slot, capacity, align, log2_slab, chunk, False, direct, True
+            )
+        if start >= 0:
+            count_into(tally, WARP_SIZE, chunk)
+    start = shfl_sync(FULL_MASK, start, 0)
+    if start < 0:
+        return NOT_SERVED
+    return (start + cuda.laneid * granules) << 4
+
+
+@device_function
+def alloc_for(mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct):
     """`group_alloc` for the lanes of `mask`."""
     lane = cuda.laneid
     leader = cuda.ffs(mask) - 1
@@ -646,15 +737,11 @@ def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, 
                 start = got >> L.REM_BITS
         if (start < 0) & (chunk << 4 <= capacity):
             start = take_chunk(
-                hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0, direct
-            )
-        if start < 0:
-            pass
-        elif owned:  # the leader counts the chunk's allocations
-            count_owned(hdr, state, warp, slot, cuda.popc(served), chunk)
-        else:
-            count(hdr, state, slot, L.COUNT_ALLOCS + 2 * warp, L.ALLOCS, cuda.popc(served))
-            count(hdr, state, slot, L.COUNT_GRANULES + 2 * warp, L.REQUESTED, chunk)
+                hdr, state, warp, slot, capacity, align, log2_slab, chunk, aligned_total > 0,
+                direct, owned,
+            )  # fmt: skip
+        if start >= 0:  # the leader counts the chunk's allocations
+            count_into(tally, cuda.popc(served), chunk)
     start = shfl_sync(mask, start, leader)
     offset = -1
     if share > 0 and start >= 0:
@@ -664,7 +751,7 @@ def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, 
         offset = (start + at) << 4
     if (start < 0) | (served != mask):  # the same for the whole group
         offset = serve_the_rest(
-            hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct,
+            hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct,
             mask, offset, possible, exact, rounded != exact, cuda.popc(served) > 1,
         )  # fmt: skip
     return offset
@@ -672,27 +759,25 @@ def alloc_for(mask, hdr, state, warp, slot, capacity, align, log2_slab, nbytes, 
 
 @device_function
 def serve_the_rest(
-    hdr, state, warp, slot, capacity, align, log2_slab, nbytes, direct,
+    hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct,
     mask, offset, possible, exact, was_rounded, several,
 ):  # fmt: skip
     """The lanes of a group that its chunk did not serve (it was refused, or they
     were not in it) try alone, in turn (on the GPU the turns overlap: nothing
     here waits for the one before), for their bytes unrounded: a request too
-    large for what is left fails alone. Counts the group's failures and the
-    allocations made here."""
+    large for what is left fails alone. Counts the allocations made here and
+    the group's failures."""
     lane = cuda.laneid
     retry = ballot_sync(mask, possible & (offset < 0) & (several | was_rounded))
-    made = False
     while retry != 0:
         if lane == cuda.ffs(retry) - 1:
             alone = take_chunk(
-                hdr, state, warp, slot, capacity, align, log2_slab, exact, nbytes >= align, direct
-            )
+                hdr, state, warp, slot, capacity, align, log2_slab, exact, nbytes >= align,
+                direct, False,
+            )  # fmt: skip
             if alone >= 0:
                 offset = alone << 4
-                made = True
-                # Alone, a request can be larger than an int32 counter takes.
-                reduce_add(hdr, slot * L.SLOT_WORDS + L.REQUESTED, lane_granules(nbytes, align))
+                count_into(tally, 1, lane_granules(nbytes, align))
         retry &= retry - 1
-    count_outcome(hdr, state, warp, slot, mask, made, (offset < 0) & (nbytes != 0), nbytes)
+    count_failures(state, mask, (offset < 0) & (nbytes != 0), nbytes)
     return offset

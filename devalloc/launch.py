@@ -5,13 +5,15 @@ and generates a wrapper kernel around it::
 
     def k(handle, a, b):                       # handle: one int64 argument
         state = cuda.shared.array(...)         # the block's slab words and counters
+        tally = cuda.local.array(2, int64)     # this thread's counts (registers)
         header, slot, log2_slab, seq, replayed, kernel = unpack_handle(handle)  # layout's
         hdr = array_at(header, ...)
         slot = resolve_slot(hdr, slot, replayed)  # a replayed launch's slot is on the device
-        warp = enter_block(hdr, state, slot)   # zero the block state; thread 0 folds the other slot
-        user(make_arena(header, ..., warp, state), a, b)  # the user's code, given an Arena value
-        leave_block(hdr, state, slot, seq, kernel, align)  # the block's last thread flushes
-                                               # its counts and hands back its slab's tail
+        warp = enter_block(hdr, state, tally, slot)  # zero the block state and the tally;
+                                               # thread 0 folds the other slot
+        user(make_arena(header, ..., warp, state, tally), a, b)  # the user's code, given an Arena
+        leave_block(hdr, state, tally, warp, ...)  # tallies summed; the block's last thread
+                                               # flushes its counts and hands back its slab's tail
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba
@@ -44,18 +46,21 @@ unpack_handle = device_function(L.unpack_handle)
 _WRAPPER = """\
 def {name}({handle}{params}):
     {state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
+    {tally} = {cuda}.local.array({TALLY_WORDS}, {int64})
     {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel} = {unpack_handle}({handle})
     {hdr} = {array_at}({header}, {HEADER_WORDS})
     {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
-    {warp} = {enter_block}({hdr}, {state}, {slot})
-    {user}({make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, {warp}, {state}){params})
-    {leave_block}({hdr}, {state}, {slot}, {seq}, {kernel}, {align})
+    {warp} = {enter_block}({hdr}, {state}, {tally}, {slot})
+    {arena} = {make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, {warp}, {state}, {tally})
+    {user}({arena}{params})
+    {leave_block}({hdr}, {state}, {tally}, {warp}, {slot}, {seq}, {kernel}, {align})
 """
 
 _LOCALS = (
-    "handle", "state", "header", "slot", "log2_slab", "seq", "replayed", "kernel", "hdr", "warp",
+    "handle", "state", "tally", "header", "slot", "log2_slab", "seq", "replayed", "kernel", "hdr",
+    "warp", "arena",
 )  # fmt: skip
-_CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "LIMIT")
+_CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "LIMIT", "TALLY_WORDS")
 
 
 def _reserved_names(params, globals_):

@@ -107,28 +107,34 @@ WARP_SIZE = 32
 FULL_MASK = 0xFFFFFFFF  # every lane of a warp
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
-MAX_WARPS = 32  # words 0..31: one slab word per warp of a block of up to 1024 threads
-BLOCK_LIVE = MAX_WARPS  # threads of this block still running (an int32: the low half)
-BLOCK_SLAB = MAX_WARPS + 1  # the block's slab, from which its warps' slabs are carved
-BLOCK_FAILED = MAX_WARPS + 2  # failed allocations of this block, flushed at block exit
-BLOCK_ASKED = MAX_WARPS + 3  # the largest of them, bytes
+# Four words per warp, each kind in a row of MAX_WARPS, then the block's own words;
+# a warp's lane 0 zeroes the warp's four at the start of the kernel.
+MAX_WARPS = 32  # a block of up to 1024 threads
+WARP_SLAB = 0  # words WARP_SLAB + w: warp w's slab, from which its chunks are carved
 # Slabs are sized from demand: a slab is as large as what its holder has taken so
 # far (at least the request, at most the launch's slab size), so what a block or
 # a warp leaves unused in its last slab is at most what it used.
-BLOCK_TAKEN = MAX_WARPS + 4  # granules this block has taken from the arena in slabs
-WARP_TAKEN = MAX_WARPS + 5  # words WARP_TAKEN + w: granules warp w has taken in slabs
-WARP_COUNTS = WARP_TAKEN + MAX_WARPS  # words WARP_COUNTS + w: warp w's two int32 counters
-BLOCK_WORDS = WARP_COUNTS + MAX_WARPS
+WARP_TAKEN = MAX_WARPS  # words WARP_TAKEN + w: granules warp w has taken in slabs
+# What warp w's threads allocated, written when they leave the kernel (each thread
+# counts its own in registers meanwhile: see `allocator.count_into`) and summed by
+# the block's last thread into the slot:
+WARP_ALLOCS = 2 * MAX_WARPS  # words WARP_ALLOCS + w: successful allocations
+WARP_GRANULES = 3 * MAX_WARPS  # words WARP_GRANULES + w: granules they asked for (rounded
+#                                as `lane_granules` does)
+BLOCK_LIVE = 4 * MAX_WARPS  # threads of this block still running (an int32: the low half)
+BLOCK_SLAB = BLOCK_LIVE + 1  # the block's slab, from which its warps' slabs are carved
+BLOCK_FAILED = BLOCK_LIVE + 2  # failed allocations of this block, flushed at block exit
+BLOCK_ASKED = BLOCK_LIVE + 3  # the largest of them, bytes
+BLOCK_TAKEN = BLOCK_LIVE + 4  # granules this block has taken from the arena in slabs
+BLOCK_WORDS = BLOCK_LIVE + 5
 MAX_BLOCK_THREADS = MAX_WARPS * 32
 
-# What each chunk adds to: a warp's two int32 counters in one int64 word, summed
-# into the slot at block exit. Diverged groups add to each with a native 32-bit
-# shared atomic (shared memory has no native 64-bit atomic add); a whole warp,
-# alone with its word, adds to both with one plain 64-bit add. Indexes into the
-# block state seen as int32 words (little-endian: the low half first):
-COUNT_GRANULES = 2 * WARP_COUNTS  # + 2 * warp: granules asked for (rounded as `lane_granules` does)
-COUNT_ALLOCS = 2 * WARP_COUNTS + 1  # + 2 * warp: successful allocations
-COUNT_FLUSH = 1 << 30  # the add that takes a counter this far moves that much to the slot
+# -- per-thread tally (int64, a local array the compiler keeps in registers) --------
+# What this thread's allocations made: the leader of a group that gets a chunk adds
+# the group's, a lane served alone its own. Added to its warp's words at exit.
+TALLY_ALLOCS = 0
+TALLY_GRANULES = 1
+TALLY_WORDS = 2
 
 # A slab word (warp or block): (next free granule) << REM_BITS | (granules left).
 REM_BITS = 24

@@ -51,30 +51,32 @@ _MEMBERS = ("header", "data", "capacity", "slot", "log2_slab", "warp")
 class ArenaModel(StructModel):
     def __init__(self, dmm, fe_type):
         members = [(name, types.int64) for name in _MEMBERS]
-        members.append(("state", types.CPointer(types.int64)))
+        members.append(("state", types.CPointer(types.int64)))  # the block's, shared memory
+        members.append(("tally", types.CPointer(types.int64)))  # the thread's, local (registers)
         super().__init__(dmm, fe_type, members)
 
 
-for _name in (*_MEMBERS, "state"):
+for _name in (*_MEMBERS, "state", "tally"):
     make_attribute_wrapper(ArenaType, _name, "_" + _name)
 
 
 def arena_maker(strategy, align):
-    """An intrinsic ``make_arena(header, capacity, slot, log2_slab, warp, block_state)``
+    """An intrinsic ``make_arena(header, capacity, slot, log2_slab, warp, block_state, tally)``
     that gives the `ArenaType` value of kernels of an arena of `strategy` and `align`,
     from fields of the launch handle (`layout.unpack_handle`)."""
     arena_type = ArenaType(strategy, align)
 
     @intrinsic
-    def make_arena(typingctx, header, capacity, slot, log2_slab, warp, state):
+    def make_arena(typingctx, header, capacity, slot, log2_slab, warp, state, tally):
         def codegen(context, builder, sig, args):
             arena = cgutils.create_struct_proxy(arena_type)(context, builder)
             arena.header, arena.capacity, arena.slot, arena.log2_slab, arena.warp = args[:5]
             arena.data = builder.add(arena.header, ir.IntType(64)(L.HEADER_BYTES))
             arena.state = context.make_array(sig.args[5])(context, builder, args[5]).data
+            arena.tally = context.make_array(sig.args[6])(context, builder, args[6]).data
             return arena._getvalue()
 
-        sig = arena_type(*[types.int64] * 5, state)
+        sig = arena_type(*[types.int64] * 5, state, tally)
         return sig, codegen
 
     return make_arena
@@ -156,8 +158,9 @@ def _allocator(arena):
     def allocate(arena, nbytes):
         hdr = array_at(arena._header, L.HEADER_WORDS)
         state = carray(arena._state, L.BLOCK_WORDS)
+        tally = carray(arena._tally, L.TALLY_WORDS)
         return group_alloc(
-            hdr, state, arena._warp, arena._slot, arena._capacity, align, arena._log2_slab,
+            hdr, state, tally, arena._warp, arena._slot, arena._capacity, align, arena._log2_slab,
             nbytes, direct,
         )  # fmt: skip
 

@@ -196,11 +196,17 @@ def one_alloc_cfg():
     return Cfg(one.ptx(types.int64, types.int64[::1], cc=CC))
 
 
+def _allocation(cfg):
+    """Blocks of `one_alloc_cfg` where its allocation begins and where its result
+    is stored (the offset the kernel writes)."""
+    start = cfg.find("activemask")
+    return start, cfg.find("st.global.u64", after=start)
+
+
 @pytest.mark.ptx
 def test_slab_hit_takes_no_global_atomic(one_alloc_cfg):
     cfg = one_alloc_cfg
-    start = cfg.find("activemask")  # the allocation begins
-    end = cfg.find("atom.shared.add", after=start)  # the group's leader counts what it got
+    start, end = _allocation(cfg)
     # A path through a CAS on a slab word: a group that got its chunk from a slab.
     hits = cfg.path_counts(
         start, end, "atom.global", avoid=["membar.sys"], through="atom.shared.cas"
@@ -208,7 +214,21 @@ def test_slab_hit_takes_no_global_atomic(one_alloc_cfg):
     assert min(hits) == 0, hits
 
 
-def _chunk_kernel(direct):
+@pytest.mark.ptx
+def test_the_fast_path_takes_no_atomic_at_all(one_alloc_cfg):
+    """A whole warp asking alike: one plain shared load and store of its slab
+    word, counted in registers: some path from the allocation to its result
+    through that store has no atomic of any kind, shared or global."""
+    cfg = one_alloc_cfg
+    start, end = _allocation(cfg)
+    plain = "st.volatile.shared"
+    atomics = cfg.path_counts(start, end, "atom.", avoid=["membar.sys"], through=plain)
+    assert min(atomics) == 0, atomics
+    reductions = cfg.path_counts(start, end, "red.add", through=plain)
+    assert min(reductions) == 0, reductions
+
+
+def _chunk_kernel(direct, owned):
     from devalloc import layout as L
     from devalloc.allocator import take_chunk
 
@@ -216,29 +236,30 @@ def _chunk_kernel(direct):
 
     def chunk(hdr, granules, out):
         state = cuda.shared.array(words, types.int64)
-        out[0] = take_chunk(hdr, state, 0, 0, hdr[capacity], 256, 12, granules, False, direct)
+        out[0] = take_chunk(
+            hdr, state, 0, 0, hdr[capacity], 256, 12, granules, False, direct, owned
+        )
 
     return chunk
 
 
-chunk_through_the_slabs = _chunk_kernel(direct=False)
-chunk_through_the_tail = _chunk_kernel(direct=True)
-
-
 @pytest.mark.ptx
+@pytest.mark.parametrize("owned", [False, True], ids=["group", "whole-warp"])
 @pytest.mark.parametrize("direct", [False, True], ids=["warp_slab", "bump"])
-def test_a_chunk_takes_at_most_one_global_atomic(direct):
+def test_a_chunk_takes_at_most_one_global_atomic(direct, owned):
     """One group's chunk, on its way through the slabs (without waiting for another
-    warp and without the end of the arena): none from a slab, one to refill."""
+    warp and without the end of the arena): none from a slab, one to refill. A
+    whole warp, which refills its slab without the lock, too."""
     from devalloc.numba_compat import compiling_for
 
-    chunk = chunk_through_the_slabs if not direct else chunk_through_the_tail
+    chunk = _chunk_kernel(direct, owned)
     with compiling_for(CC):
         ptx, _ = cuda.compile_ptx(chunk, (types.int64[::1], types.int64, types.int64[::1]), cc=CC)
     cfg = Cfg(ptx)
     end = next(i for i, block in enumerate(cfg.blocks) if block and block[-1] == "ret;")
     counts = cfg.path_counts(0, end, "atom.global", avoid=["atom.global.cas", "nanosleep"])
-    assert counts == {0, 1}, counts
+    # (bump's whole warp always refills: its slab is a tail the warp has looked at)
+    assert counts == ({1} if direct and owned else {0, 1}), counts
 
 
 @pytest.mark.ptx

@@ -201,19 +201,36 @@ def test_a_block_hands_the_unused_tail_of_its_slab_back():
     assert stats.current_bytes == stats.requested_bytes == 5 * 512
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="the flush threshold is a compile-time constant")
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_block_counters_move_to_the_slot_when_they_grow(monkeypatch, strategy):
-    """A block's counters are int32 (in shared memory): an add that finds one
-    past COUNT_FLUSH moves that much to the slot's int64 words. With a small
-    threshold, the counts still come out exact."""
-    from devalloc import layout
+@devalloc.kernel
+def uneven(arena, counts, sizes, got):
+    """Thread t allocates counts[t] times, sizes[t] bytes each, and returns at
+    once if it has nothing to do: its warp leaves the kernel in pieces."""
+    t = cuda.grid(1)
+    if t >= counts.size or counts[t] == 0:
+        return
+    made = 0
+    for _ in range(counts[t]):
+        made += arena.alloc(sizes[t], np.uint8).size > 0
+    got[t] = made
 
-    monkeypatch.setattr(layout, "COUNT_FLUSH", 64)
-    counts = poisoned(64, np.int64)
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("threads", [1, 33, 48, 100])
+def test_every_threads_tally_reaches_the_stats(strategy, threads, rng):
+    """Each thread counts its allocations in registers and its warp adds them up
+    as it leaves: with blocks whose last warp is partial, threads that leave
+    early and several blocks, the arena's counts are exact."""
+    blocks = 3
+    n = blocks * threads
+    counts = rng.integers(0, 4, n)
+    sizes = rng.integers(1, 700, n)
+    got = poisoned(n, np.int64)
     with devalloc.Arena(1 << 20, strategy=strategy) as arena:
-        alloc_until_full[1, 64](arena, 48, 10, counts)
+        uneven[blocks, threads](arena, counts, sizes, got)
         stats = arena.stats()
-    assert (counts == 10).all()
-    assert stats.total_allocs == 640
-    assert stats.peak_requested_bytes == 640 * 48
+    active = counts > 0
+    assert (got[active] == counts[active]).all()
+    assert (got[~active] == poisoned(1, np.int64)[0]).all()
+    assert stats.total_allocs == counts.sum()
+    rounded = np.where(sizes >= 256, -(-sizes // 256) * 256, -(-sizes // 16) * 16)
+    assert stats.peak_requested_bytes == (counts * rounded).sum()

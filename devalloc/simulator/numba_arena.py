@@ -65,10 +65,10 @@ class SimKernelArena:
 
     __slots__ = (
         "_align", "_capacity", "_data", "_direct", "_header", "_log2_slab", "_slot",
-        "_state", "_warp",
+        "_state", "_tally", "_warp",
     )  # fmt: skip
 
-    def __init__(self, strategy, align, header, capacity, slot, log2_slab, warp, state):
+    def __init__(self, strategy, align, header, capacity, slot, log2_slab, warp, state, tally):
         self._direct = L.STRATEGIES[strategy].direct
         self._align = align
         self._header = header
@@ -78,6 +78,7 @@ class SimKernelArena:
         self._log2_slab = log2_slab
         self._warp = warp
         self._state = state
+        self._tally = tally
 
     def _array(self, offset, dims, dtype, keep):
         if not keep:  # zero-size, at offset -1 as on the GPU
@@ -95,7 +96,7 @@ class SimKernelArena:
         hdr = array_at(self._header, L.HEADER_WORDS)
         offset = int(
             group_alloc(
-                hdr, self._state, self._warp, self._slot, self._capacity, self._align,
+                hdr, self._state, self._tally, self._warp, self._slot, self._capacity, self._align,
                 self._log2_slab, nbytes, self._direct,
             )
         )  # fmt: skip
@@ -124,7 +125,7 @@ class SimKernelArena:
 
 
 def arena_maker(strategy, align):
-    """``make_arena(header, capacity, slot, log2_slab, warp, block_state)`` for
+    """``make_arena(header, capacity, slot, log2_slab, warp, block_state, tally)`` for
     simulated kernels (`numba_arena.arena_maker`'s twin)."""
 
     def make_arena(*fields):
