@@ -1,0 +1,92 @@
+"""Copies of the library measured side by side in one GPU run: the allocator's
+figures that its hot path decides, for variants of the code.
+
+    python benchmarks/variants.py make NAME [SRC]    # out/v_NAME: SRC's devalloc/, kernels/,
+                                                     # benchmarks/ (SRC: this checkout)
+    python benchmarks/variants.py run out/v_A out/v_B ...   # on the GPU; writes $OUT/variants.json
+
+Edit a copy, then run them all in one device call (carry ``out``): each variant
+is measured in a process of its own, in turns, each against the baselines in
+its own process (a kernel allocating nothing against a plain one, single-shot
+against preallocated, one store against packed stores; the hand-written slab as
+the machine's yardstick).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make(name, source=ROOT):
+    target = ROOT / "out" / f"v_{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    ignore = shutil.ignore_patterns("__pycache__", "results")
+    for part in ("devalloc", "kernels", "benchmarks"):
+        shutil.copytree(Path(source) / part, target / part, ignore=ignore)
+    print(target)
+
+
+def measure():
+    """This process's figures (run inside a variant's copy)."""
+    import numpy as np
+    from numba import cuda
+
+    import devalloc
+    import measure as M
+    from kernels import bench as K
+
+    figures = {}
+    out = cuda.to_device(np.zeros(1, np.int64))
+    blocks, block = M.grid(1 << 20)
+    with devalloc.Arena(1 << 20) as arena:
+        launches = [
+            lambda: K.launch_only[blocks, block](arena, out),
+            lambda: K.plain_launch[blocks, block](out),
+        ]
+        figures["nothing_1M_us"] = [ms * 1e3 for ms in M.interleaved_ms(launches, reps=9)]
+    for threads in (10_000, 1 << 20):
+        own, pre = M.single_shot_ms(threads, reps=9)
+        figures[f"single_shot_{threads}"] = [own * 1e3, pre * 1e3, own / pre]
+    for name, allocator, threads, size in (
+        ("sustained_16B", "warp_slab", 1 << 20, 16),
+        ("sustained_mixed", "warp_slab", 100_000, M.MIXED),
+        ("hand_slab_16B", "hand_slab", 1 << 20, 16),
+    ):
+        rate = M.allocation_rate(allocator, threads, 64, size)
+        figures[name + "_G_per_s"] = rate["allocs_per_s"] / 1e9
+    own, packed = M.with_store_ms("warp_slab", 540_000, 64, 16)
+    figures["with_store_16B"] = [own, packed, own / packed]
+    return figures
+
+
+def run(variants):
+    results = {}
+    for variant in variants:
+        variant = Path(variant).resolve()
+        env = dict(os.environ, PYTHONPATH=f"{variant}:{os.environ.get('PYTHONPATH', '')}")
+        code = "import sys, json; sys.path.insert(0, 'benchmarks'); import variants; "
+        code += "print('FIGURES', json.dumps(variants.measure()))"
+        done = subprocess.run([sys.executable, "-c", code], cwd=variant, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        line = next((x for x in done.stdout.splitlines() if x.startswith("FIGURES ")), None)
+        if line is None:
+            results[variant.name] = {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+        else:
+            results[variant.name] = json.loads(line[len("FIGURES ") :])
+        print(variant.name, json.dumps(results[variant.name]), flush=True)
+    out = Path(os.environ.get("OUT", ROOT / "out")) / "variants.json"
+    out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("make", "run"):
+        sys.exit(__doc__)
+    if sys.argv[1] == "make":
+        make(*sys.argv[2:4])
+    else:
+        run(sys.argv[2:])
