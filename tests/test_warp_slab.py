@@ -234,3 +234,25 @@ def test_every_threads_tally_reaches_the_stats(strategy, threads, rng):
     assert stats.total_allocs == counts.sum()
     rounded = np.where(sizes >= 256, -(-sizes // 256) * 256, -(-sizes // 16) * 16)
     assert stats.peak_requested_bytes == (counts * rounded).sum()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("capacity_mib", [40, 12])
+def test_a_whole_warps_chunk_larger_than_any_slab(strategy, capacity_mib):
+    """The fast path takes requests below `align` for a whole warp at once: with
+    `align` at 1 MiB, 32 lanes of 1 MiB - 16 B make a 32 MiB chunk, more than any
+    slab. It comes straight from the arena when it fits; when it does not, the
+    lanes are served alone, as many as fit, and the rest fail alone."""
+    n = (1 << 20) - 16
+    requests = np.full((32, 1), n, np.int64)
+    with devalloc.Arena(capacity_mib << 20, align=1 << 20, strategy=strategy) as arena:
+        offsets, lengths = run_requests(arena, requests, threads=32)
+        made = check_allocations(arena, requests, offsets, lengths, all_succeed=False)
+        failed = 32 - made
+        if failed:
+            with pytest.raises(devalloc.ArenaOverflowError) as raised:
+                arena.check()
+            assert raised.value.failed == failed and raised.value.requested == n
+        stats = arena.stats()
+    assert made == (32 if capacity_mib == 40 else capacity_mib)
+    assert stats.total_allocs == made and stats.failed_allocs == failed
