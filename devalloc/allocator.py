@@ -178,8 +178,9 @@ def enter_block(hdr, state, tally, slot):
 @device_function
 def leave_block(hdr, state, tally, warp, slot, seq, kernel, align):
     """Every thread on its way out of the kernel. The lanes leaving together add
-    up their tallies (a scan of shuffles, none if none of them allocated) and
-    their leader adds the sums to the warp's words; the block's last thread
+    their tallies to the warp's words: the one lane that counted (a group's
+    leader counts for the group), or, if several did, their leader after a scan
+    of shuffles, or none if none did; the block's last thread
     hands the unused tail of its slab back to the arena if nothing was taken
     after it, adds the block's counts to the slot and its allocations to its
     kernel's count (one global reduction per count, none if it allocated
@@ -208,7 +209,7 @@ def leave_block(hdr, state, tally, warp, slot, seq, kernel, align):
         if lane == adder:  # (other groups of the warp may be leaving too)
             cuda.atomic.add(state, L.WARP_ALLOCS + warp, allocs)
             cuda.atomic.add(state, L.WARP_GRANULES + warp, granules)
-    syncwarp(mask)  # the other lanes' failure counts, before the leader publishes them
+    syncwarp(mask)  # the other lanes' counts and failures, before the leader publishes them
     if lane == leader:
         lanes = cuda.popc(mask)
         if leave_add(int32_words(state), 2 * L.BLOCK_LIVE, -lanes) == lanes:
