@@ -107,26 +107,30 @@ WARP_SIZE = 32
 FULL_MASK = 0xFFFFFFFF  # every lane of a warp
 
 # -- per-block state (int64, shared memory on the GPU) -----------------------------
-# Four words per warp, each kind in a row of MAX_WARPS, then the block's own words;
-# a warp's lane 0 zeroes the warp's four at the start of the kernel.
+# Two words per warp, each kind in a row of MAX_WARPS, then the block's own words;
+# a warp's lane 0 zeroes the warp's two at the start of the kernel.
 MAX_WARPS = 32  # a block of up to 1024 threads
 WARP_SLAB = 0  # words WARP_SLAB + w: warp w's slab, from which its chunks are carved
 # Slabs are sized from demand: a slab is as large as what its holder has taken so
 # far (at least the request, at most the launch's slab size), so what a block or
 # a warp leaves unused in its last slab is at most what it used.
 WARP_TAKEN = MAX_WARPS  # words WARP_TAKEN + w: granules warp w has taken in slabs
-# What warp w's threads allocated, written when they leave the kernel (each thread
-# counts its own in registers meanwhile: see `allocator.count_into`) and summed by
-# the block's last thread into the slot:
-WARP_ALLOCS = 2 * MAX_WARPS  # words WARP_ALLOCS + w: successful allocations
-WARP_GRANULES = 3 * MAX_WARPS  # words WARP_GRANULES + w: granules they asked for (rounded
-#                                as `lane_granules` does)
-BLOCK_LIVE = 4 * MAX_WARPS  # threads of this block still running (an int32: the low half)
+BLOCK_LIVE = 2 * MAX_WARPS  # threads of this block still running (an int32: the low half)
 BLOCK_SLAB = BLOCK_LIVE + 1  # the block's slab, from which its warps' slabs are carved
 BLOCK_FAILED = BLOCK_LIVE + 2  # failed allocations of this block, flushed at block exit
 BLOCK_ASKED = BLOCK_LIVE + 3  # the largest of them, bytes
 BLOCK_TAKEN = BLOCK_LIVE + 4  # granules this block has taken from the arena in slabs
-BLOCK_WORDS = BLOCK_LIVE + 5
+# What the block's threads allocated, added as they leave the kernel (each thread
+# counts its own in registers meanwhile: see `allocator.count_into`) and read by the
+# block's last thread. Split counts: the low 16 bits of each addition are summed in
+# the word's low int32 half, the rest in its high half, so each addition is two
+# native 32-bit shared atomics that nothing waits for (sm_90 has no 64-bit shared
+# add) and neither half can wrap: at most 1024 additions of < 2**16 below, and
+# at most 2**38 granules (MAX_CAPACITY / GRANULE) a launch above, >> 16.
+BLOCK_ALLOCS = BLOCK_LIVE + 5  # successful allocations
+BLOCK_GRANULES = BLOCK_LIVE + 6  # granules they asked for (rounded as `lane_granules` does)
+COUNT_SPLIT = 16
+BLOCK_WORDS = BLOCK_LIVE + 7
 MAX_BLOCK_THREADS = MAX_WARPS * 32
 
 # -- per-thread tally (int64, a local array the compiler keeps in registers) --------

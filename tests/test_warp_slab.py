@@ -126,7 +126,9 @@ def test_usable_fraction_when_allocating_until_full(size):
 @pytest.mark.skipif(not SIMULATOR, reason="slows the refill down in the simulator")
 def test_one_warp_refills_a_dry_block_slab_while_the_others_wait(monkeypatch):
     """Four warps find their block's slab dry at once. Racing refills would each
-    take a block slab from the arena; exactly as many must be taken as used."""
+    take a block slab from the arena; exactly as many must be taken as used.
+    (Each warp asks for 512 B, less than `align`: its first slab comes from the
+    block's, not straight from the arena.)"""
     from devalloc import allocator
 
     take = allocator.take_from_arena
@@ -139,26 +141,29 @@ def test_one_warp_refills_a_dry_block_slab_while_the_others_wait(monkeypatch):
 
     monkeypatch.setattr(allocator, "take_from_arena", slow_take)
     counts = poisoned(128, np.int64)
-    with devalloc.Arena(1 << 16) as arena:  # 1 KiB warp slabs, 4 KiB block slabs
-        alloc_until_full[1, 128](arena, 32, 1, counts)  # each warp: one 1 KiB chunk
+    with devalloc.Arena(1 << 16, align=1024) as arena:  # 1 KiB warp slabs, 4 KiB block slabs
+        alloc_until_full[1, 128](arena, 16, 1, counts)  # each warp: one 512 B chunk
         stats = arena.stats()
     assert (counts == 1).all()
-    assert stats.peak_bytes == 128 * 32  # one block slab taken, all of it handed out
+    assert stats.peak_bytes == 128 * 16  # one block slab taken, all of it handed out
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="slows the refill down in the simulator")
-def test_diverged_groups_of_one_warp_refill_its_slab_once(monkeypatch):
+@pytest.mark.parametrize("align", [256, 1024], ids=["from-the-arena", "from-the-block"])
+def test_diverged_groups_of_one_warp_refill_its_slab_once(monkeypatch, align):
     """The two halves of a warp allocate from two branches at once, and both find
     the warp's slab dry. One refills while the other waits; nothing is taken
-    twice: the arena gives exactly what the two halves asked."""
+    twice: the arena gives exactly what the two halves asked. (A half's 512 B
+    fill an `align` of 256 B, so the warp's first slab comes straight from the
+    arena; with 1 KiB they come from the block's slab.)"""
     from devalloc import allocator
 
-    refill = allocator.from_block
+    take = allocator.take_from_arena
 
     @cuda.jit(device=True)
-    def slow_refill(hdr, state, slot, capacity, need, step, least, block_granules, unit):
+    def slow_take(hdr, slot, capacity, want, least):
         time.sleep(0.005)  # the other group runs into the dry slab meanwhile
-        return refill(hdr, state, slot, capacity, need, step, least, block_granules, unit)
+        return take(hdr, slot, capacity, want, least)
 
     @devalloc.kernel
     def halves(arena, out):
@@ -168,9 +173,9 @@ def test_diverged_groups_of_one_warp_refill_its_slab_once(monkeypatch):
         else:
             out[lane] = arena.alloc(32, np.uint8).size
 
-    monkeypatch.setattr(allocator, "from_block", slow_refill)
+    monkeypatch.setattr(allocator, "take_from_arena", slow_take)
     out = poisoned(32, np.int64)
-    with devalloc.Arena(1 << 14) as arena:  # one warp: 1 KiB warp and block slabs
+    with devalloc.Arena(1 << 14, align=align) as arena:  # one warp: 1 KiB warp and block slabs
         halves[1, 32](arena, out)
         stats = arena.stats()
     assert (out == 32).all()
@@ -234,6 +239,23 @@ def test_every_threads_tally_reaches_the_stats(strategy, threads, rng):
     assert stats.total_allocs == counts.sum()
     rounded = np.where(sizes >= 256, -(-sizes // 256) * 256, -(-sizes // 16) * 16)
     assert stats.peak_requested_bytes == (counts * rounded).sum()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_counts_past_16_bits_stay_exact(strategy):
+    """A block's counts are added in two halves, the low 16 bits of each thread's
+    tally and the rest: a thread that made 70,000 allocations and one that
+    asked for 3 MiB (196,608 granules) in one go both carry into the high half,
+    and the stats still add up to the byte."""
+    counts = np.array([70_000, 1, 2], np.int64)
+    sizes = np.array([16, 3 << 20, 48], np.int64)
+    got = poisoned(3, np.int64)
+    with devalloc.Arena(8 << 20, strategy=strategy) as arena:
+        uneven[1, 3](arena, counts, sizes, got)
+        stats = arena.stats()
+    assert (got == counts).all()
+    assert stats.total_allocs == counts.sum() and stats.failed_allocs == 0
+    assert stats.peak_requested_bytes == 70_000 * 16 + (3 << 20) + 2 * 48
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
