@@ -29,13 +29,13 @@ at once refill it once.
     only a dry block slab takes memory from the arena's cursor: one global
     atomic per block refill, none per allocation. (A warp's first slab, if
     its request fills a whole `align` unit, comes from the cursor itself, so
-    that the warps of a block do not wait for one another to start.) Slabs grow with demand: a
-    refill is as large as what the warp (or block) has taken so far, at least
-    the request and at most the launch's slab size (a block's first slab has
-    room for each of its warps asking alike), so the unused rest of a last slab
-    is never more than what was used. At exit a block hands the unused tail of
-    its slab back if nothing was taken after it, so a frame of many small
-    launches fits in what it asks.
+    that the warps of a block do not wait for one another to start.) Slabs
+    grow with demand: a refill is as large as what the warp (or block) has
+    taken so far, at least the request and at most the launch's slab size (a
+    block's first slab has room for each of its warps asking alike), so the
+    unused rest of a last slab is never more than what was used. At exit a
+    block hands the unused tail of its slab back if nothing was taken after
+    it, so a frame of many small launches fits in what it asks.
 ``bump``
     The warp's slab is only the tail of the `align` unit its last chunk ended
     in; a chunk that does not fit there takes whole `align` units straight from
@@ -178,7 +178,7 @@ def enter_block(hdr, state, tally, slot):
 
 
 @device_function
-def leave_block(hdr, state, tally, warp, slot, seq, kernel, align):
+def leave_block(hdr, state, tally, slot, seq, kernel, align):
     """Every thread on its way out of the kernel. The lanes leaving together add
     their tallies to the block's counts: the one lane that counted (a group's
     leader counts for the group), or, if several did, their leader after a scan
@@ -205,6 +205,7 @@ def leave_block(hdr, state, tally, warp, slot, seq, kernel, align):
     mask = activemask()
     lane = cuda.laneid
     leader = cuda.ffs(mask) - 1
+    words = int32_words(state)
     allocs = tally[L.TALLY_ALLOCS]
     granules = tally[L.TALLY_GRANULES]
     counted = ballot_sync(mask, (allocs != 0) | (granules != 0))
@@ -215,13 +216,11 @@ def leave_block(hdr, state, tally, warp, slot, seq, kernel, align):
             _, granules = exclusive_scan(mask, lane, granules)
             adder = leader
         if lane == adder:  # (other groups of the block may be leaving too)
-            words = int32_words(state)
             add_split(words, L.BLOCK_ALLOCS, allocs)
             add_split(words, L.BLOCK_GRANULES, granules)
     syncwarp(mask)  # the other lanes' counts and failures, before the leader publishes them
     if lane == leader:
         lanes = cuda.popc(mask)
-        words = int32_words(state)
         if leave_add(words, 2 * L.BLOCK_LIVE, -lanes) == lanes:
             hand_back_tail(hdr, slot, state[L.BLOCK_SLAB], align >> 4)
             allocs = read_split(words, L.BLOCK_ALLOCS)

@@ -12,7 +12,7 @@ and generates a wrapper kernel around it::
         warp = enter_block(hdr, state, tally, slot)  # zero the block state and the tally;
                                                # thread 0 folds the other slot
         user(make_arena(header, ..., warp, state, tally), a, b)  # the user's code, given an Arena
-        leave_block(hdr, state, tally, warp, ...)  # tallies summed; the block's last thread
+        leave_block(hdr, state, tally, ...)  # tallies summed; the block's last thread
                                                # flushes its counts and hands back its slab's tail
 
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
@@ -53,7 +53,7 @@ def {name}({handle}{params}):
     {warp} = {enter_block}({hdr}, {state}, {tally}, {slot})
     {arena} = {make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, {warp}, {state}, {tally})
     {user}({arena}{params})
-    {leave_block}({hdr}, {state}, {tally}, {warp}, {slot}, {seq}, {kernel}, {align})
+    {leave_block}({hdr}, {state}, {tally}, {slot}, {seq}, {kernel}, {align})
 """
 
 _LOCALS = (
