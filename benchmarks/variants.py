@@ -26,7 +26,7 @@ def make(name, source=ROOT):
     target = ROOT / "out" / f"v_{name}"
     shutil.rmtree(target, ignore_errors=True)
     ignore = shutil.ignore_patterns("__pycache__", "results")
-    for part in ("devalloc", "kernels", "benchmarks"):
+    for part in ("devalloc", "kernels", "benchmarks", "examples"):
         shutil.copytree(Path(source) / part, target / part, ignore=ignore)
     print(target)
 
@@ -41,6 +41,8 @@ def measure():
     from kernels import bench as K
 
     figures = {}
+    if os.environ.get("VARIANT_HOT_PATH"):  # only the allocation loops: A/B of the hot path
+        return hot_path(figures, M)
     out = cuda.to_device(np.zeros(1, np.int64))
     blocks, block = M.grid(1 << 20)
     with devalloc.Arena(1 << 20) as arena:
@@ -52,6 +54,8 @@ def measure():
     for threads in (10_000, 1 << 20):
         own, pre = M.single_shot_ms(threads, reps=9)
         figures[f"single_shot_{threads}"] = [own * 1e3, pre * 1e3, own / pre]
+    if os.environ.get("VARIANT_QUICK"):  # attribution only: the launch-shaped figures
+        return figures
     for name, allocator, threads, size in (
         ("sustained_16B", "warp_slab", 1 << 20, 16),
         ("sustained_mixed", "warp_slab", 100_000, M.MIXED),
@@ -61,6 +65,17 @@ def measure():
         figures[name + "_G_per_s"] = rate["allocs_per_s"] / 1e9
     own, packed = M.with_store_ms("warp_slab", 540_000, 64, 16)
     figures["with_store_16B"] = [own, packed, own / packed]
+    return figures
+
+
+def hot_path(figures, M):
+    for name, allocator, threads, size in (
+        ("sustained_16B", "warp_slab", 1 << 20, 16),
+        ("sustained_mixed", "warp_slab", 100_000, M.MIXED),
+        ("hand_slab_16B", "hand_slab", 1 << 20, 16),
+    ):
+        rate = M.allocation_rate(allocator, threads, 64, size, reps=15)
+        figures[name + "_G_per_s"] = rate["allocs_per_s"] / 1e9
     return figures
 
 

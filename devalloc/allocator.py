@@ -319,6 +319,27 @@ def request_bytes(count, itemsize):
     return count * itemsize
 
 
+def shape_namespace(ndim, int64):
+    """The element count and shape of an array shape tuple (`numba_arena.shape_helpers`,
+    which compiles them): their Python source, run with `int64` as the int64 type
+    (tests run it with a checked int: no intermediate leaves int64)."""
+    count = "".join(
+        f"    sign = sign | shape[{i}]\n"
+        f"    huge = int64(abs(float(n) * float(shape[{i}])) >= HUGE)\n"
+        f"    n = (n * (shape[{i}] & (huge - 1))) | (huge << 62)\n"
+        for i in range(ndim)
+    )
+    dims = ", ".join(f"shape[{i}] * keep" for i in range(ndim))
+    source = (
+        f"def count(shape):\n    n = int64(1)\n    sign = int64(0)\n{count}"
+        f"    return n | (sign >> 63)\n"
+        f"def dims(shape, keep):\n    return ({dims},)\n"
+    )
+    namespace = {"int64": int64, "HUGE": float(1 << 62)}
+    exec(compile(source, f"<devalloc shape helpers, ndim={ndim}>", "exec"), namespace)
+    return namespace
+
+
 # -- the arena's cursor -----------------------------------------------------------------
 
 

@@ -319,3 +319,56 @@ def test_the_arena_fits_its_allocation_wherever_that_starts(align, capacity):
         data = header + L.HEADER_BYTES
         assert header % 256 == 0 and data % align == 0
         assert base <= header and data + capacity <= base + size, (base, size)
+
+
+class Int64(int):
+    """An int64 that fails the test if an operation leaves int64 (Numba's
+    signed arithmetic is `nsw` there: an overflow would be undefined)."""
+
+    def _checked(self, value):
+        assert -(1 << 63) <= value < (1 << 63), f"{value} leaves int64"
+        return Int64(value)
+
+    def __mul__(self, other):
+        return self._checked(int(self) * int(other))
+
+    __rmul__ = __mul__
+
+    def __or__(self, other):
+        return self._checked(int(self) | int(other))
+
+    def __and__(self, other):
+        return self._checked(int(self) & int(other))
+
+    def __sub__(self, other):
+        return self._checked(int(self) - int(other))
+
+    def __lshift__(self, other):
+        return self._checked(int(self) << int(other))
+
+    def __rshift__(self, other):
+        return self._checked(int(self) >> int(other))
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_the_gpus_shape_count_stays_in_int64_and_counts_exactly(ndim):
+    """The branch-free element count compiled for the GPU (`shape_helpers`),
+    run as Python on checked int64s: exact below 2**62, 2**62 above, -1 with a
+    negative dimension, and no intermediate outside int64."""
+    from devalloc.allocator import shape_namespace
+
+    count = shape_namespace(ndim, Int64)["count"]
+    dims = [0, 1, 3, 7, 1 << 20, (1 << 31) - 1, 1 << 31, 1 << 32, (1 << 61) + 1, 1 << 62,
+            (1 << 63) - 1, -1, -(1 << 40), -(1 << 63)]  # fmt: skip
+    rng = np.random.default_rng(ndim)
+    shapes = [tuple(int(d) for d in rng.choice(dims, ndim)) for _ in range(400)]
+    shapes += [(1 << 31,) * ndim, ((1 << 62) - 1,) + (1,) * (ndim - 1)]
+    for shape in shapes:
+        got = count(tuple(Int64(d) for d in shape))
+        product = int(np.prod([abs(d) for d in shape], dtype=object))
+        if min(shape) < 0:
+            assert got == -1, shape
+        elif product < (1 << 62) * (1 - 2.0**-50):
+            assert got == product, shape
+        else:  # huge: 2**62, or exact just past it where the estimate rounds down
+            assert got >= (1 << 62) * (1 - 2.0**-50) and got <= max(product, 1 << 62), shape

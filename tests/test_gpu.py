@@ -531,3 +531,12 @@ def test_an_arena_on_the_second_gpu_runs_there_or_says_why():
             fill_from_arena[1, 32](arena, out)
             arena.check()
             np.testing.assert_array_equal(out.copy_to_host(), np.arange(32) + 7)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_shapes_whose_count_wraps_int64_never_get_memory_on_the_gpu(strategy):
+    """The simulator counts a shape's elements in Python; the GPU's count is the
+    branch-free one of `numba_arena.shape_helpers`: the same checks, run here."""
+    from test_trust import test_shapes_whose_count_wraps_int64_never_get_memory as check
+
+    check(strategy)

@@ -385,6 +385,44 @@ def test_zero_size_arrays_sit_at_offset_minus_one(strategy):
     assert out.tolist() == [-1, -1, -1, -1, 64]
 
 
+# Shapes read at run time whose element count wraps int64 if multiplied plainly
+# (2**32 x 2**32 is 0 mod 2**64), or comes near 2**62 where the count saturates:
+# each must fail (alloc) or be refused (view), never give memory.
+HUGE_SHAPES = [
+    (1 << 32, 1 << 32, 1),
+    (1 << 31, 1 << 31, 4),
+    (3, 1 << 61, 1),
+    (1 << 20, 0, 7),  # zero elements: an empty array, no failure
+    (1 << 40, -1, 2),
+    (5, 7, 3),  # a plain one: 105 elements
+]
+
+
+def test_shapes_whose_count_wraps_int64_never_get_memory(strategy):
+    @devalloc.kernel
+    def shaped(arena, shapes, out):
+        i = cuda.grid(1)
+        if i < shapes.shape[0]:
+            shape = (shapes[i, 0], shapes[i, 1], shapes[i, 2])
+            a = arena.alloc(shape, np.int16)
+            out[i, 0] = arena.offset(a)
+            out[i, 1] = a.size
+            v = arena.view(0, shape, np.int16)
+            out[i, 2] = arena.offset(v)
+            out[i, 3] = v.size
+
+    shapes = np.array(HUGE_SHAPES, np.int64)
+    out = poisoned((len(shapes), 4), np.int64)
+    with devalloc.Arena(4096, strategy=strategy) as arena:
+        shaped[1, len(shapes)](arena, cuda.to_device(shapes), out)
+        with pytest.raises(devalloc.ArenaOverflowError) as info:
+            arena.check()
+    assert info.value.failed == 4  # the three huge counts and the negative dimension
+    assert out[[0, 1, 2, 4]].tolist() == [[-1, 0, -1, 0]] * 4
+    assert out[3].tolist() == [-1, 0, 0, 0]  # empty: no failure, and a view in bounds
+    assert out[5, 0] >= 0 and out[5, 1] == 105 and out[5, 2:].tolist() == [0, 105]
+
+
 @pytest.mark.parametrize(
     "config, message",
     [

@@ -1,0 +1,171 @@
+"""Where the pipeline's devalloc-graph frame loses to static-graph (issue 9):
+host time of a replay against a bare graph launch, GPU time of each graph
+queued behind a spin kernel, and the kernels that differ, timed alone.
+
+    python benchmarks/probe_graph.py [--size 1920x1080] [--out probe.json]
+"""
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import frame_pipeline as P  # noqa: E402
+from numba import cuda  # noqa: E402
+
+import measure as M  # noqa: E402
+from kernels import bench as KB  # noqa: E402
+from kernels import image as K  # noqa: E402
+
+
+def host_us(call, n=400):
+    try:
+        return _host_us(call, n)
+    except Exception as error:
+        print("failed:", repr(error))
+        return None
+
+
+def _host_us(call, n):
+    cuda.synchronize()
+    times = []
+    for _ in range(n):
+        begin = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - begin)
+        cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
+def queued_gpu_us(call, reps=31):
+    try:
+        return M.device_ms(call, reps=reps, warmup=3, queued=True) * 1e3
+    except Exception as error:  # a probe: one failed figure must not lose the others
+        print("failed:", repr(error))
+        return None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1920x1080")
+    parser.add_argument("--out")
+    parser.add_argument("--kernels", action="store_true", help="only the kernels that differ")
+    parser.add_argument("--once", action="store_true", help="each differing kernel once (ncu)")
+    args = parser.parse_args()
+    width, height = map(int, args.size.split("x"))
+    camera = P.Camera(height, width)
+    out = P.Outputs(height, width)
+    camera.frame(0)
+    dev = P.DevallocGraph(camera, out, height, width)
+    static = P.StaticGraph(camera, out, height, width)
+    for _ in range(3):
+        dev.process()
+        static.process()
+    rows = {}
+    if args.once:
+        return kernel_figures(rows, dev, static, camera, out, once=True)
+    if not args.kernels:
+        graph_figures(rows, dev, static)
+    kernel_figures(rows, dev, static, camera, out)
+    print(json.dumps({k: v for k, v in rows.items() if k != "replay_profile"}, indent=1))
+    print(rows.get("replay_profile", ""))
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+def graph_figures(rows, dev, static):
+    rows["host_us"] = {
+        "devalloc replay": host_us(lambda: dev.graph.replay()),
+        "devalloc bare cuGraphLaunch": host_us(lambda: dev.graph._recording.launch(0)),
+        "static cuGraphLaunch": host_us(lambda: static.graph.launch(0)),
+        "devalloc arena.check": host_us(lambda: dev.arena.check()),
+    }
+    rows["gpu_us_queued"] = {
+        "devalloc graph": queued_gpu_us(lambda: dev.graph.replay()),
+        "static graph": queued_gpu_us(lambda: static.graph.launch(0)),
+    }
+    profile = cProfile.Profile()
+    cuda.synchronize()
+    profile.enable()
+    for _ in range(300):
+        dev.graph.replay()
+    profile.disable()
+    cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
+    rows["replay_profile"] = text.getvalue()
+
+
+def kernel_figures(rows, dev, static, camera, out, once=False):
+    """The kernels that differ, launched eagerly inside a frame / on the static buffers."""
+    arena = dev.arena
+    buf_s = static.buf
+    edges_s = P.edges_of(camera, buf_s)
+    at = (out.tiles, P.TILE_BLOCK)
+    first = {}
+
+    def devalloc_lists():
+        with arena.frame(check=False):
+            buf = P.allocate(dev.buffers, arena.empty)
+            K.arena_lists[at](arena, edges_s, buf_s["blur"], buf["table"])
+            first["table"] = buf["table"]
+
+    def devalloc_both():
+        with arena.frame(check=False):
+            buf = P.allocate(dev.buffers, arena.empty)
+            K.arena_lists[at](arena, edges_s, buf_s["blur"], buf["table"])
+            K.arena_consume[at](arena, buf["table"], camera.rgb, out.palette, out.hist, out.overlay)
+
+    def static_lists():
+        K.fill_tiles[at](edges_s, buf_s["blur"], buf_s["starts"], buf_s["counts"], static.points)
+
+    def static_both():
+        static_lists()
+        K.consume_tiles[at](static.points, buf_s["starts"], buf_s["counts"], camera.rgb,
+                            out.palette, out.hist, out.overlay)  # fmt: skip
+
+    from devalloc.capture import _first_node
+
+    header = arena._memory.header_address
+    if once:
+        for launch in (devalloc_lists, static_lists, devalloc_both, static_both):
+            launch()
+            cuda.synchronize()
+        return
+    rows["kernel_gpu_us_queued"] = {
+        "arena_lists": queued_gpu_us(devalloc_lists),
+        "fill_tiles": queued_gpu_us(static_lists),
+        "arena_lists+arena_consume": queued_gpu_us(devalloc_both),
+        "fill_tiles+consume_tiles": queued_gpu_us(static_both),
+        "arena_consume alone": queued_gpu_us(
+            lambda: K.arena_consume[at](
+                arena, first["table"], camera.rgb, out.palette, out.hist, out.overlay
+            )
+        ),
+        "consume_tiles alone": queued_gpu_us(
+            lambda: K.consume_tiles[at](
+                static.points,
+                buf_s["starts"],
+                buf_s["counts"],
+                camera.rgb,
+                out.palette,
+                out.hist,
+                out.overlay,
+            )
+        ),
+        "first node alone": queued_gpu_us(lambda: _first_node[1, 1](header)),
+        "spin(0) alone": queued_gpu_us(lambda: KB.spin[1, 1](0)),
+    }
+
+
+if __name__ == "__main__":
+    main()
