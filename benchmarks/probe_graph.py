@@ -27,15 +27,24 @@ from kernels import bench as KB  # noqa: E402
 from kernels import image as K  # noqa: E402
 
 
+def tolerant(measure):
+    """`measure`, returning None where it fails: a probe's one failed figure
+    must not lose the others."""
+
+    def measured(call):
+        try:
+            return measure(call)
+        except Exception as error:
+            print("failed:", repr(error))
+            return None
+
+    return measured
+
+
+@tolerant
 def host_us(call, n=400):
-    try:
-        return _host_us(call, n)
-    except Exception as error:
-        print("failed:", repr(error))
-        return None
-
-
-def _host_us(call, n):
+    """Median host time of `call`, the GPU idle before each (unlike
+    `measure.host_us_per_launch`, which times batches)."""
     cuda.synchronize()
     times = []
     for _ in range(n):
@@ -46,12 +55,9 @@ def _host_us(call, n):
     return statistics.median(times) * 1e6
 
 
-def queued_gpu_us(call, reps=31):
-    try:
-        return M.device_ms(call, reps=reps, warmup=3, queued=True) * 1e3
-    except Exception as error:  # a probe: one failed figure must not lose the others
-        print("failed:", repr(error))
-        return None
+@tolerant
+def queued_gpu_us(call):
+    return M.device_ms(call, reps=31, warmup=3, queued=True) * 1e3
 
 
 def main():
@@ -111,27 +117,32 @@ def kernel_figures(rows, dev, static, camera, out, once=False):
     buf_s = static.buf
     edges_s = P.edges_of(camera, buf_s)
     at = (out.tiles, P.TILE_BLOCK)
-    first = {}
+    first = {}  # the table of the latest devalloc frame, for its consumer alone
 
-    def devalloc_lists():
+    def devalloc_consume(table):
+        K.arena_consume[at](arena, table, camera.rgb, out.palette, out.hist, out.overlay)
+
+    def static_consume():
+        K.consume_tiles[at](static.points, buf_s["starts"], buf_s["counts"], camera.rgb,
+                            out.palette, out.hist, out.overlay)  # fmt: skip
+
+    def devalloc_lists(consume=False):
         with arena.frame(check=False):
             buf = P.allocate(dev.buffers, arena.empty)
             K.arena_lists[at](arena, edges_s, buf_s["blur"], buf["table"])
             first["table"] = buf["table"]
+            if consume:
+                devalloc_consume(buf["table"])
 
     def devalloc_both():
-        with arena.frame(check=False):
-            buf = P.allocate(dev.buffers, arena.empty)
-            K.arena_lists[at](arena, edges_s, buf_s["blur"], buf["table"])
-            K.arena_consume[at](arena, buf["table"], camera.rgb, out.palette, out.hist, out.overlay)
+        devalloc_lists(consume=True)
 
     def static_lists():
         K.fill_tiles[at](edges_s, buf_s["blur"], buf_s["starts"], buf_s["counts"], static.points)
 
     def static_both():
         static_lists()
-        K.consume_tiles[at](static.points, buf_s["starts"], buf_s["counts"], camera.rgb,
-                            out.palette, out.hist, out.overlay)  # fmt: skip
+        static_consume()
 
     from devalloc.capture import _first_node
 
@@ -146,22 +157,8 @@ def kernel_figures(rows, dev, static, camera, out, once=False):
         "fill_tiles": queued_gpu_us(static_lists),
         "arena_lists+arena_consume": queued_gpu_us(devalloc_both),
         "fill_tiles+consume_tiles": queued_gpu_us(static_both),
-        "arena_consume alone": queued_gpu_us(
-            lambda: K.arena_consume[at](
-                arena, first["table"], camera.rgb, out.palette, out.hist, out.overlay
-            )
-        ),
-        "consume_tiles alone": queued_gpu_us(
-            lambda: K.consume_tiles[at](
-                static.points,
-                buf_s["starts"],
-                buf_s["counts"],
-                camera.rgb,
-                out.palette,
-                out.hist,
-                out.overlay,
-            )
-        ),
+        "arena_consume alone": queued_gpu_us(lambda: devalloc_consume(first["table"])),
+        "consume_tiles alone": queued_gpu_us(static_consume),
         "first node alone": queued_gpu_us(lambda: _first_node[1, 1](header)),
         "spin(0) alone": queued_gpu_us(lambda: KB.spin[1, 1](0)),
     }

@@ -9,7 +9,9 @@ Edit a copy, then run them all in one device call (carry ``out``): each variant
 is measured in a process of its own, in turns, each against the baselines in
 its own process (a kernel allocating nothing against a plain one, single-shot
 against preallocated, one store against packed stores; the hand-written slab as
-the machine's yardstick).
+the machine's yardstick). VARIANT_QUICK=1 keeps only the launch-shaped figures
+(nothing and single-shot), VARIANT_HOT_PATH=1 only the allocation loops (an A/B
+of the hot path; name a variant twice to alternate them).
 """
 
 import json
@@ -42,7 +44,7 @@ def measure():
 
     figures = {}
     if os.environ.get("VARIANT_HOT_PATH"):  # only the allocation loops: A/B of the hot path
-        return hot_path(figures, M)
+        return hot_path(figures, M, reps=15)
     out = cuda.to_device(np.zeros(1, np.int64))
     blocks, block = M.grid(1 << 20)
     with devalloc.Arena(1 << 20) as arena:
@@ -56,25 +58,20 @@ def measure():
         figures[f"single_shot_{threads}"] = [own * 1e3, pre * 1e3, own / pre]
     if os.environ.get("VARIANT_QUICK"):  # attribution only: the launch-shaped figures
         return figures
-    for name, allocator, threads, size in (
-        ("sustained_16B", "warp_slab", 1 << 20, 16),
-        ("sustained_mixed", "warp_slab", 100_000, M.MIXED),
-        ("hand_slab_16B", "hand_slab", 1 << 20, 16),
-    ):
-        rate = M.allocation_rate(allocator, threads, 64, size)
-        figures[name + "_G_per_s"] = rate["allocs_per_s"] / 1e9
+    hot_path(figures, M, reps=7)
     own, packed = M.with_store_ms("warp_slab", 540_000, 64, 16)
     figures["with_store_16B"] = [own, packed, own / packed]
     return figures
 
 
-def hot_path(figures, M):
+def hot_path(figures, M, reps):
+    """The allocation loops' rates, with the hand-written slab as the yardstick."""
     for name, allocator, threads, size in (
         ("sustained_16B", "warp_slab", 1 << 20, 16),
         ("sustained_mixed", "warp_slab", 100_000, M.MIXED),
         ("hand_slab_16B", "hand_slab", 1 << 20, 16),
     ):
-        rate = M.allocation_rate(allocator, threads, 64, size, reps=15)
+        rate = M.allocation_rate(allocator, threads, 64, size, reps=reps)
         figures[name + "_G_per_s"] = rate["allocs_per_s"] / 1e9
     return figures
 
