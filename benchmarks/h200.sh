@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call of the device tool: the GPU suite, the benchmarks, the frame pipeline,
-# pytest-benchmark and compute-sanitizer, each under a time cap, with logs under
-# $OUT and everything else in $OUT/results.tar.gz. Stages default to all of them
-# but `compare` (every comparison with other tools: a call of its own, ~8 minutes).
+# pytest-benchmark and compute-sanitizer, each under a time cap; the results files
+# and every log (logs.txt) under $OUT, the rest in $OUT/results.tar.gz. Stages
+# default to all of them but `compare` (every comparison with other tools: a call
+# of its own, ~8 minutes).
 #   device run:  bash benchmarks/h200.sh                        (carry: [".whl"])
 #                bash benchmarks/h200.sh compare   (carry: [".whl", ".whl-peers", ".peers"])
 #                bash benchmarks/h200.sh multi-gpu (kind nvidia-h200-x2; carry: [".whl", ".whl-dask"])
@@ -13,6 +14,7 @@ stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
 # the GPU. memcheck/racecheck/synccheck: compute-sanitizer over the GPU suite (memcheck)
 # and over the small-launch tests (racecheck and synccheck track every shared access;
 # racecheck never finishes the random retry test, whose lanes wait on each other).
+# probe: benchmarks/probe_graph.py at 1080p and 4K (not in the default stages).
 if [ -d .whl ]; then  # numpy 2.4.6: numba-cuda 0.30.4 does not compile with numpy 2.5
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -26,22 +28,22 @@ gpu_tests="python3 -m pytest -m gpu -q -p no:cacheprovider -W default --timeout=
 small_tests="python3 -m pytest -q -p no:cacheprovider -W default --timeout=300 tests/test_trust.py tests/test_alloc.py"
 sanitize() {  # tool, log name, seconds, command...
   local tool=$1 log=$2 seconds=$3; shift 3
-  timeout "$seconds" compute-sanitizer --tool "$tool" --print-limit 20 "$@" 2>&1 | tee "$OUT/$log" | tail -6
+  timeout "$seconds" compute-sanitizer --tool "$tool" --print-limit 20 "$@" 2>&1 | tee "$OUT/all/$log" | tail -6
 }
 for stage in $stages; do
   echo "== $stage $(date -u +%H:%M:%S)"
   case $stage in
-    tests) timeout 240 $gpu_tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+    tests) timeout 240 $gpu_tests 2>&1 | tee "$OUT/all/gpu-tests.log" | tail -25
         # capture and replay: the simulator's tests, run on real CUDA graphs
         timeout 120 python3 -m pytest -q -p no:cacheprovider -W default --timeout=60 tests/test_capture.py \
-          2>&1 | tee -a "$OUT/gpu-tests.log" | tail -8 ;;
+          2>&1 | tee -a "$OUT/all/gpu-tests.log" | tail -8 ;;
     suite) timeout 420 python3 -m pytest -q -p no:cacheprovider -W default -rs tests/ --hypothesis-profile=report \
         --timeout=120 --timeout-method=thread \
-        2>&1 | tee "$OUT/suite.log" | tail -30 ;;
-    bench) timeout 300 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/bench.log" | tail -22
+        2>&1 | tee "$OUT/all/suite.log" | tail -30 ;;
+    bench) timeout 300 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/all/bench.log" | tail -22
         cp "$OUT/all/allocators.json" "$OUT/" ;;
     pipeline) timeout 180 python3 examples/frame_pipeline.py --benchmark --frames 200 --out "$OUT/all/pipeline" \
-        2>&1 | tee "$OUT/pipeline.log" | tail -16; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;
+        2>&1 | tee "$OUT/all/pipeline.log" | tail -16; cp "$OUT/all/pipeline/pipeline.json" "$OUT/" ;;
     compare) # every comparison with other tools (benchmarks/compare.py), one results file;
         # Gallatin and Ouroboros from .peers/ (benchmarks/build_peers.sh), RMM from .whl-peers/
         if [ -d .whl-peers ]; then
@@ -49,7 +51,7 @@ for stage in $stages; do
             --target /tmp/site .whl-peers/*.whl
         fi
         timeout 540 python3 benchmarks/run.py --suites --compare all --out "$OUT/all/compare.json" \
-          2>&1 | tee "$OUT/compare.log" | tail -40 ;;
+          2>&1 | tee "$OUT/all/compare.log" | tail -40 ;;
     multi-gpu) # two GPUs or more (kind nvidia-h200-x2): the tests that need them, the pipeline
         # split across the GPUs at 1080p and 4K, and Dask with a worker per GPU (dask-cuda and
         # distributed from .whl-dask/, README)
@@ -57,16 +59,22 @@ for stage in $stages; do
           python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target /tmp/site .whl-dask/*.whl
         fi
-        timeout 120 $gpu_tests -k "second_gpu or another_context or threads_first_launch" 2>&1 | tee "$OUT/multi-gpu.log" | tail -6
+        timeout 120 $gpu_tests -k "second_gpu or another_context or threads_first_launch" 2>&1 | tee "$OUT/all/multi-gpu.log" | tail -6
         n=$(nvidia-smi -L | wc -l)
         timeout 240 python3 examples/frame_pipeline.py --mode devalloc --devices "$n" --frames 400 \
-          --size 1920x1080 --size 3840x2160 2>&1 | grep -v "it/s" | tee -a "$OUT/multi-gpu.log" | tail -14
+          --size 1920x1080 --size 3840x2160 2>&1 | grep -v "it/s" | tee -a "$OUT/all/multi-gpu.log" | tail -14
         timeout 120 python3 -m pytest -q -p no:cacheprovider --timeout=100 tests/test_dask.py 2>&1 \
-          | tee -a "$OUT/multi-gpu.log" | tail -3
+          | tee -a "$OUT/all/multi-gpu.log" | tail -3
         timeout 180 python3 examples/dask_pipeline.py --frames 400 --size 3840x2160 2>&1 \
-          | tee -a "$OUT/multi-gpu.log" | tail -4 ;;
+          | tee -a "$OUT/all/multi-gpu.log" | tail -4 ;;
+    probe) # where the captured frame loses to its static twin (issue 9), at 1080p and 4K
+        for size in 1920x1080 3840x2160; do
+          timeout 120 python3 benchmarks/probe_graph.py --size $size --out "$OUT/all/probe-$size.json" \
+            > "$OUT/all/probe-$size.log" 2>&1
+          head -24 "$OUT/all/probe-$size.log"
+        done ;;
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
-        --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/host-pools.log" | tail -14
+        --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/all/host-pools.log" | tail -14
         cp "$OUT/all/host-pools.json" "$OUT/" ;;
     pytest-bench)  # the regression gate: medians against the last accepted run
         # (benchmarks/results/pytest-benchmark); this run is saved beside it, and
@@ -82,7 +90,8 @@ for stage in $stages; do
         timeout 60 python3 -m pytest benchmarks/ -q -p no:cacheprovider -W default --benchmark-enable \
           --benchmark-storage="file://$PWD/$storage" --benchmark-autosave $gate \
           --benchmark-json="$OUT/all/pytest-benchmark.json" > "$OUT/all/pytest-benchmark.log" 2>&1
-        tail -4 "$OUT/all/pytest-benchmark.log"
+        grep -E "has failed|passed|failed|Error" "$OUT/all/pytest-benchmark.log" | tail -20
+        cp "$OUT/all/pytest-benchmark.json" "$OUT/" 2>/dev/null
         mkdir -p "$OUT/all/pytest-benchmark"; cp -r "$storage/." "$OUT/all/pytest-benchmark/" ;;
     memcheck) # (not the memory manager's gpu_streams check: under the sanitizer its 40
         # dropped arrays were still alive at its end, 2026-12-01; 0 memory errors)
@@ -92,5 +101,8 @@ for stage in $stages; do
     synccheck) sanitize synccheck synccheck.log 300 $small_tests ;;
   esac
 done
+# What comes back is at most 8 files: the results files above, every log in one, and
+# the rest (plots, saved pytest-benchmark runs) in the tarball.
+for log in "$OUT"/all/*.log; do echo "===== $(basename "$log")"; cat "$log"; done > "$OUT/logs.txt"
 tar -czf "$OUT/results.tar.gz" -C "$OUT/all" . && rm -rf "$OUT/all"
 echo "== done $(date -u +%H:%M:%S)"

@@ -93,6 +93,36 @@ def _user_parameters(py_func):
     return [p.name for p in params[1:]]
 
 
+def _positive_ints(value, most):
+    """`value` as a tuple of 1 to `most` positive ints, or None if it is not one."""
+    items = value if isinstance(value, tuple) else (value,)
+    if not 1 <= len(items) <= most:
+        return None
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 1 for i in items):
+        return None
+    return items
+
+
+def _checked_machine_options(py_func, options):
+    """Check `max_registers` and `launch_bounds` as the GPU would (the simulator
+    ignores them, and a kernel must fail alike on both); returns the threads per
+    block `launch_bounds` allows, None for any."""
+    name = py_func.__qualname__
+    registers = options.get("max_registers")
+    if registers is not None and (_positive_ints(registers, 1) is None or registers > 255):
+        raise ValueError(f"{name}: max_registers must be an int from 1 to 255 (got {registers!r})")
+    bounds = options.get("launch_bounds")
+    if bounds is None:
+        return None
+    items = _positive_ints(bounds, 3)
+    if items is None:
+        raise ValueError(
+            f"{name}: launch_bounds must be a positive int or a tuple of 1-3 of them "
+            f"(max threads per block, min blocks per SM, max blocks per cluster; got {bounds!r})"
+        )
+    return items[0]
+
+
 class Kernel:
     """A kernel whose first parameter receives an `Arena`. Made by `kernel`."""
 
@@ -102,6 +132,7 @@ class Kernel:
         self.py_func = py_func
         self._options = dict(options)
         self._params = _user_parameters(py_func)
+        self._max_block_threads = _checked_machine_options(py_func, options)
         functools.update_wrapper(self, py_func)
         device_options = {k: v for k, v in options.items() if k in _DEVICE_OPTIONS}
         self._user = device_function(py_func, **device_options)
@@ -163,7 +194,8 @@ class Kernel:
     def ptx(self, *argtypes, strategy="warp_slab", align=256, cc=(9, 0)):
         """PTX of the kernel as launched (wrapper and all) for Numba `argtypes` of
         the parameters after the arena. Needs no GPU."""
-        options = {k: v for k, v in self._options.items() if k in _DEVICE_OPTIONS}
+        kept = (*_DEVICE_OPTIONS, "launch_bounds")  # (max_registers is the linker's)
+        options = {k: v for k, v in self._options.items() if k in kept}
         with compiling_for(cc):
             ptx, _ = cuda.compile_ptx(
                 self.wrapper_source(strategy, align), (types.int64, *argtypes), cc=cc, **options
@@ -218,6 +250,12 @@ class _Launcher:
         if threads > L.MAX_BLOCK_THREADS:
             raise ValueError(
                 f"a block has at most {L.MAX_BLOCK_THREADS} threads (got {config[1]!r}: {threads})"
+            )
+        bound = kernel._max_block_threads
+        if bound is not None and threads > bound:
+            raise ValueError(
+                f"{kernel.__qualname__} was compiled with launch_bounds for at most {bound} "
+                f"threads per block (got {config[1]!r}: {threads})"
             )
         self._kernel = kernel
         self._name = kernel.__qualname__

@@ -76,12 +76,19 @@ def test_kernel_decorator_forms():
     def tuned(arena, out):
         out[0] = arena.alloc(6, np.float32).size * 1.0
 
+    # Options for the GPU's machine code only: the simulator runs the kernel as written.
+    @devalloc.kernel(max_registers=32, launch_bounds=64)
+    def capped(arena, out):
+        out[0] = arena.alloc(10, np.float32).size
+
     out = poisoned(1, np.float32)
     with devalloc.Arena(4096) as arena:
         bare[1, 1](arena, out)
         assert out[0] == 4
         tuned[1, 1, 0](arena, out)
         assert out[0] == 6
+        capped[1, 32](arena, out)
+        assert out[0] == 10
 
 
 @pytest.mark.parametrize(
@@ -92,6 +99,14 @@ def test_kernel_decorator_forms():
         (lambda: devalloc.kernel(lambda arena, *rest: None), "plain positional parameters"),
         (lambda: devalloc.kernel(lambda arena, n=3: None), "plain positional parameters"),
         (lambda: devalloc.kernel(cache=True)(lambda arena: None), "cache=True"),
+        # Options the simulator ignores are checked on both, as the GPU would.
+        (lambda: devalloc.kernel(max_registers=0)(lambda arena: None), "got 0"),
+        (lambda: devalloc.kernel(max_registers=256)(lambda arena: None), "1 to 255"),
+        (lambda: devalloc.kernel(max_registers="32")(lambda arena: None), "got '32'"),
+        (lambda: devalloc.kernel(max_registers=True)(lambda arena: None), "got True"),
+        (lambda: devalloc.kernel(launch_bounds=(64, 0))(lambda arena: None), "got .64, 0.."),
+        (lambda: devalloc.kernel(launch_bounds=(1, 2, 3, 4))(lambda arena: None), "1-3 of them"),
+        (lambda: devalloc.kernel(launch_bounds=-32)(lambda arena: None), "got -32"),
     ],
 )
 def test_bad_kernels_are_refused(make, message):
@@ -106,6 +121,22 @@ def test_bad_launches_are_refused(arena):
         take(arena, np.array([4]), np.zeros(1))
     with pytest.raises(ValueError, match="launch configuration"):
         take[1](arena, np.array([4]), np.zeros(1))
+
+
+def test_a_block_larger_than_the_launch_bounds_is_refused_before_launching(arena):
+    """The GPU refuses such a launch and the simulator would run it: both refuse
+    it, before anything is queued; within the bound it runs."""
+
+    @devalloc.kernel(launch_bounds=(64, 2))
+    def bounded(arena, out):
+        out[cuda.grid(1)] = arena.alloc(3, np.int64).size
+
+    out = poisoned(64, np.int64)
+    with pytest.raises(ValueError, match=r"at most 64 threads per block \(got \(16, 8\): 128\)"):
+        bounded[1, (16, 8)](arena, out)
+    assert (out == poisoned(64, np.int64)).all()
+    bounded[1, 64](arena, out)
+    assert (out == 3).all()
 
 
 # -- lifetimes: launches, frames, resets ----------------------------------------------

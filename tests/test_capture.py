@@ -205,6 +205,8 @@ def test_a_real_graph_replays_back_to_back_with_plain_work_on_its_stream():
             get[1, 32](arena, offsets, out)
         cuda.synchronize()
         assert value.copy_to_host()[0] == 1  # recorded, not run
+        # The reset is a root of the graph beside the plain kernel before it.
+        assert root_nodes(graph) == 2
         stream = cuda.stream()
         for _ in range(50):
             graph.replay(stream)
@@ -216,6 +218,57 @@ def test_a_real_graph_replays_back_to_back_with_plain_work_on_its_stream():
     assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
     assert stats.launches == 2 + 50 * 2 and stats.total_allocs == 32 * 51
     assert stats.peak_bytes == 1024
+
+
+def root_nodes(graph):
+    """How many nodes of a captured graph depend on none."""
+    from cuda.bindings import driver as cu
+
+    error, _, count = cu.cuGraphGetRootNodes(graph._recording._capture._graph, 0)
+    assert error == cu.CUresult.CUDA_SUCCESS
+    return count
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_a_graph_whose_first_kernel_allocates_waits_for_its_reset():
+    """With a devalloc kernel first the reset is the graph's only root, and a
+    hundred replays queued back to back each start empty."""
+    value, offsets, out = cuda.to_device(np.array([4])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        graph = two_kernels(arena, value, offsets, out)
+        assert root_nodes(graph) == 1
+        for _ in range(100):
+            graph.replay()
+        arena.check()
+        stats = arena.stats()
+    np.testing.assert_array_equal(out.copy_to_host(), 4 + np.arange(32))
+    assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+    assert stats.peak_bytes == 1024 and stats.total_allocs == 32 * 100
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_a_graph_of_plain_work_only_still_joins_its_reset():
+    """No devalloc launch waits for the reset: the capture joins it at its end
+    (CUDA refuses to end a capture with a forked stream unjoined), and each
+    replay runs the plain work and resets the arena."""
+    value = cuda.to_device(np.array([10]))
+    offsets = poison()
+    with devalloc.Arena(1 << 16) as arena:
+        count_up[1, 1](value)
+        put[1, 32](arena, value, offsets)
+        cuda.synchronize()
+        with arena.capture() as graph:
+            count_up[1, 1, graph.stream](value)
+        assert graph.launches == 0 and root_nodes(graph) == 2
+        for _ in range(5):
+            graph.replay()
+        put[1, 32](arena, value, offsets)  # after the replays: an empty arena
+        arena.check()
+        assert arena.stats().peak_bytes == 1024
+    assert value.copy_to_host()[0] == 16
+    assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
 
 
 def test_another_threads_launch_waits_for_the_capture_and_runs_eagerly():

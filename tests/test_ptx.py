@@ -101,6 +101,24 @@ def test_library_examples_from_the_design_compile():
 
 
 @pytest.mark.ptx
+def test_launch_bounds_reach_the_wrappers_ptx():
+    """The cap a kernel asks for is the generated wrapper's (the kernel the GPU
+    runs), where ptxas sizes registers for the whole allocator."""
+
+    @devalloc.kernel(launch_bounds=(64, 2))
+    def bounded(arena, out):
+        out[cuda.grid(1)] = arena.alloc(3, np.int64).size
+
+    @devalloc.kernel
+    def unbounded(arena, out):
+        out[cuda.grid(1)] = arena.alloc(3, np.int64).size
+
+    ptx = bounded.ptx(types.int64[::1], cc=CC)
+    assert ".maxntid 64, 1, 1" in ptx and ".minnctapersm 2" in ptx
+    assert ".maxntid" not in unbounded.ptx(types.int64[::1], cc=CC)
+
+
+@pytest.mark.ptx
 @pytest.mark.timeout(120)
 def test_two_allocation_sites_in_the_branches_of_an_if_compile():
     """NVVM 13.0 (the H200's) never finished this kernel while a failure report

@@ -30,9 +30,19 @@ __all__ = [
 ]
 
 
+# cuda.jit options that only shape the GPU's machine code: the simulator's jit
+# refuses them, and a kernel written for the GPU must run here unchanged.
+_MACHINE_CODE_ONLY = ("max_registers", "launch_bounds", "lineinfo")
+
+
+def simulated_options(options):
+    """cuda.jit `options` less those the simulator has no use for."""
+    return {k: v for k, v in options.items() if k not in _MACHINE_CODE_ONLY}
+
+
 def device_function(py_func, **options):
     """`py_func` as a device function (`device_memory.device_function`'s twin)."""
-    return cuda.jit(device=True, **options)(py_func)
+    return cuda.jit(device=True, **simulated_options(options))(py_func)
 
 
 _buffers_lock = threading.Lock()

@@ -7,6 +7,7 @@ import threading
 
 from numba import cuda
 
+from .device_memory import simulated_options
 from .warp import enter_lane, exit_lane
 
 __all__ = ["jit_kernel"]
@@ -36,7 +37,7 @@ class _Kernel:
             finally:
                 exit_lane()
 
-        self._dispatcher = cuda.jit(**options)(with_lanes)
+        self._dispatcher = cuda.jit(**simulated_options(options))(with_lanes)
 
     def __getitem__(self, config):
         """The launch with `config`: one kernel at a time; after an exception, it
