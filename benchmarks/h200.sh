@@ -69,9 +69,9 @@ for stage in $stages; do
           | tee -a "$OUT/all/multi-gpu.log" | tail -4 ;;
     probe) # where the captured frame loses to its static twin (issue 9), at 1080p and 4K
         for size in 1920x1080 3840x2160; do
-          timeout 120 python3 benchmarks/probe_graph.py --size $size --out "$OUT/all/probe-$size.json" \
+          timeout 120 python3 benchmarks/probe_graph.py --parts --size $size --out "$OUT/all/probe-$size.json" \
             > "$OUT/all/probe-$size.log" 2>&1
-          head -24 "$OUT/all/probe-$size.log"
+          head -40 "$OUT/all/probe-$size.log"
         done ;;
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
         --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/all/host-pools.log" | tail -14

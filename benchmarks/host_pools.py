@@ -191,6 +191,46 @@ def cupy_arrays(allocator):
     return dropped(cupy.empty), cupy.cuda.Device().synchronize, dict
 
 
+def row_numba_floor(units):
+    """Numba's device arrays with a memory manager that makes no CUDA call: each
+    array is a view of one block allocated at the start. What is left is Numba's
+    own cost of making and dropping a device array: the least any memory
+    manager plugged into Numba can cost."""
+    cuda = need("numba.cuda")
+    need_gpu()
+    from devalloc.numba_compat import HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
+
+    largest = max(sum(nbytes(shape, dtype) for shape, dtype in unit) for unit in units)
+
+    class FloorManager(HostOnlyCUDAMemoryManager):
+        block = None
+
+        def initialize(self):
+            if FloorManager.block is None:
+                from cuda.bindings import driver as cu
+
+                status, pointer = cu.cuMemAlloc(largest)
+                if status != cu.CUresult.CUDA_SUCCESS:
+                    raise RuntimeError(f"cuMemAlloc of {largest} bytes: {status!r}")
+                FloorManager.block = pointer
+
+        def memalloc(self, size):
+            return MemoryPointer(self.context, FloorManager.block, size)
+
+        def get_memory_info(self):
+            return MemoryInfo(free=0, total=0)
+
+        def get_ipc_handle(self, memory):
+            raise NotImplementedError
+
+        @property
+        def interface_version(self):
+            return 1
+
+    cuda.set_memory_manager(FloorManager)  # (this row's process has not used CUDA yet)
+    return dropped(cuda.device_array), cuda.synchronize, dict
+
+
 def row_cupy_no_pool(units):
     return cupy_arrays(lambda cupy: None)
 
@@ -356,6 +396,11 @@ ROWS = {
     "cuda-malloc": ("cuMemAlloc / cuMemFree through cuda.bindings (cudaMalloc)", row_cuda_malloc),
     "numba-default": ("Numba's default manager: cudaMalloc, batched cudaFree", row_numba_default),
     "devalloc-pool": ("Numba with devalloc.allocators.numba (cudaMallocAsync)", row_devalloc_pool),
+    "numba-floor": (
+        "Numba's device_array over memory allocated once (no CUDA call): the least "
+        "a Numba memory manager can cost",
+        row_numba_floor,
+    ),
     "cupy-no-pool": ("CuPy without a pool: cudaMalloc/cudaFree", row_cupy_no_pool),
     "cupy-pool": ("CuPy MemoryPool", row_cupy_pool),
     "cupy-async-pool": ("CuPy MemoryAsyncPool (cudaMallocAsync)", row_cupy_async_pool),

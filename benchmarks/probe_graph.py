@@ -66,6 +66,7 @@ def main():
     parser.add_argument("--out")
     parser.add_argument("--kernels", action="store_true", help="only the kernels that differ")
     parser.add_argument("--once", action="store_true", help="each differing kernel once (ncu)")
+    parser.add_argument("--parts", action="store_true", help="graphs of parts of the frame too")
     args = parser.parse_args()
     width, height = map(int, args.size.split("x"))
     camera = P.Camera(height, width)
@@ -77,11 +78,18 @@ def main():
         dev.process()
         static.process()
     rows = {}
-    if args.once:
-        return kernel_figures(rows, dev, static, camera, out, once=True)
+    if args.once:  # for ncu: the differing kernels once eagerly, then each graph once
+        kernel_figures(rows, dev, static, camera, out, once=True)
+        dev.graph.replay()
+        cuda.synchronize()
+        static.graph.launch(0)
+        cuda.synchronize()
+        return
     if not args.kernels:
         graph_figures(rows, dev, static)
     kernel_figures(rows, dev, static, camera, out)
+    if args.parts:
+        part_figures(rows, dev, static, camera, out)
     print(json.dumps({k: v for k, v in rows.items() if k != "replay_profile"}, indent=1))
     print(rows.get("replay_profile", ""))
     if args.out:
@@ -109,6 +117,53 @@ def graph_figures(rows, dev, static):
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
     rows["replay_profile"] = text.getvalue()
+
+
+def part_figures(rows, dev, static, camera, out):
+    """GPU time of graphs of parts of the frame, queued: the edge stages alone
+    on frame arrays or on the static buffers, captured by `arena.capture()`
+    (with its reset branch) or as a plain stream capture; and the devalloc
+    frame with its edge stages on the static buffers."""
+    from devalloc.cuda_graphs import StreamCapture
+
+    arena, buf_s = dev.arena, static.buf
+    at = (out.tiles, P.TILE_BLOCK)
+
+    def devalloc_part(frame_arrays, lists):
+        with arena.capture() as graph:
+            buf = P.allocate(dev.buffers, arena.empty)
+            edges = P.edges_of(camera, buf if frame_arrays else buf_s, graph.stream)
+            if lists:
+                K.arena_lists[at](arena, edges, buf_s["blur"], buf["table"])
+                K.arena_consume[at](arena, buf["table"], camera.rgb, out.palette, out.hist,
+                                    out.overlay)  # fmt: skip
+        return graph.replay
+
+    def static_part(lists):
+        graph = StreamCapture()
+        edges = P.edges_of(camera, buf_s, graph.stream)
+        if lists:
+            P.lists_at_starts(camera, out, buf_s, edges, static.points, graph.stream)
+        graph.finish()
+        return lambda: graph.launch(0)
+
+    parts = {
+        "edges, frame arrays, arena.capture": lambda: devalloc_part(True, False),
+        "edges, static buffers, arena.capture": lambda: devalloc_part(False, False),
+        "edges, static buffers, stream capture": lambda: static_part(False),
+        "whole frame, frame arrays": lambda: devalloc_part(True, True),
+        "whole frame, edges on static buffers": lambda: devalloc_part(False, True),
+        "whole static frame": lambda: static_part(True),
+    }
+    rows["part_gpu_us_queued"] = figures = {}
+    for name, make in parts.items():
+        try:
+            launch = make()
+        except Exception as error:
+            print(f"{name}: failed to capture: {error!r}")
+            continue
+        figures[name] = queued_gpu_us(launch)
+    arena.check()
 
 
 def kernel_figures(rows, dev, static, camera, out, once=False):

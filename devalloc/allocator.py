@@ -50,9 +50,12 @@ whole warp asking alike for less than `align` checks that with one 32-bit
 shuffle and a ballot; its lane 0 takes the warp's 32 chunks with a plain
 shared load and store of the warp's slab word and counts them in its tally,
 a per-thread local array that the compiler keeps in registers (summed over
-the warp once, at its exit); one shuffle hands out the start. Anything else
-(mixed or aligned sizes, diverged lanes, a spent arena) takes the general
-path, which is compiled once for the full mask and once for any other.
+the warp once, at its exit); one shuffle hands out the start. A lane alone
+making its warp's first request, of at least `align` (the thread that
+allocates for its block), takes whole units from the cursor with one global
+atomic (`take_alone`). Anything else (mixed or aligned sizes, diverged lanes,
+a spent arena) takes the general path, which is compiled once for the full
+mask and once for any other.
 
 The cursor is never left past the end of the arena. The first request that
 runs past it puts it back (to where it was, or to the end if it took the rest),
@@ -709,9 +712,39 @@ def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbyte
         return alloc_for(
             FULL_MASK, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
         )
+    if mask & (mask - 1) == 0:  # one lane alone
+        offset = take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes)
+        if offset != NOT_SERVED:
+            return offset
     return alloc_for(
         mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
     )
+
+
+@device_function
+def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes):
+    """The fast path of a lane alone (the one thread that allocates for its
+    block, say) making its warp's first request, of at least `align` bytes:
+    whole `align` units straight from the arena's cursor, as the general path
+    would take them for the warp's first slab, but with one global atomic and
+    none of its shared ones (the slab's lock, its refill and publication). The
+    unit's unused end is not kept for the warp's later requests. Returns the
+    byte offset, or NOT_SERVED for a request of any other kind, or one the arena
+    cannot give (the general path then tries again, and counts the failure).
+    (Diverged groups of the warp may be allocating meanwhile: they never see
+    this memory, and the warp's taken count is a refill size's hint, which a
+    lost update only makes smaller.)"""
+    if (nbytes < align) | (nbytes > capacity):
+        return NOT_SERVED
+    if load_volatile_shared(state, L.WARP_TAKEN + warp) != 0:
+        return NOT_SERVED
+    span = (nbytes + align - 1) & -align
+    start, _ = take_from_arena(hdr, slot, capacity, span, nbytes)
+    if start < 0:
+        return NOT_SERVED
+    store_volatile_shared(state, L.WARP_TAKEN + warp, span >> 4)
+    count_into(tally, 1, span >> 4)
+    return start
 
 
 @device_function

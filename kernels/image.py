@@ -250,14 +250,16 @@ def consume_points(points, rgb, palette, hist, overlay):
         hist[tile, tid] = bins[tid]
 
 
-# Register caps: the allocator's general path (a lone thread's request takes it)
-# holds ~66 registers, the entry's fold of the previous launch's counts 34; the
-# compiler sizes the whole kernel for them, though they run once per block.
-# Capped, the tile work keeps its occupancy (ptxas: arena_consume 40 -> 32
-# registers, no spills; arena_lists 72 -> 48). On the H200 (2026-12-02, 4K):
-# arena_consume 49.5 -> 43.1 us, arena_lists 58.0 -> 55.1 us (56 and 64: no
-# better; consume_tiles 37.4, fill_tiles 45.8 us).
-@devalloc.kernel(max_registers=48)
+# Register caps: the allocator's general path holds ~66 registers, the entry's
+# fold of the previous launch's counts 34; the compiler sizes the whole kernel
+# for them, though they run once per block. Capped, the tile work keeps its
+# occupancy (ptxas: arena_consume 40 -> 32 registers, no spills; arena_lists
+# 72 -> 40, its spills in the allocator's rarely taken paths: its one thread's
+# request takes the lone lane's fast path). On the H200 (2026-12-02, 4K):
+# arena_consume 49.5 -> 43.1 us, arena_lists 58.0 -> 55.1 us at 48 (56 and 64:
+# no better; consume_tiles 37.4, fill_tiles 45.8 us); at 1080p, 40 registers
+# made 24.5 us with the lone lane's path and 25.0 without it (fill_tiles 20.3).
+@devalloc.kernel(max_registers=40)
 def arena_lists(arena, edges, img, table):
     """Count the tile's edge points, allocate its list from the arena (the size is
     known only here), fill it, and record (offset, length) in `table`."""

@@ -101,6 +101,22 @@ def test_frame_workload_writes_its_usual_keys(tmp_path, module):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+def test_the_floor_row_costs_less_than_numbas_own_manager(tmp_path):
+    """`numba-floor` (Numba's device arrays over one block, no CUDA call) is the
+    bound any memory manager plugged into Numba has; it has no simulator."""
+    out = tmp_path / "floor.json"
+    rows = ["numba-floor", "numba-default"]
+    result = host_pools("--frames", "5", "--warmup", "1", "--rows", *rows, "--out", str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = {r["row"]: r for r in json.loads(out.read_text())["results"]}
+    if SIMULATOR:
+        assert "no GPU" in results["numba-floor"]["skipped"], results["numba-floor"]
+        return
+    floor, default = results["numba-floor"], results["numba-default"]
+    assert_spread(floor)
+    assert floor["median_us"] < default["median_us"], (floor, default)
+
+
 @pytest.mark.parametrize(
     "args, says",
     [

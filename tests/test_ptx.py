@@ -281,6 +281,33 @@ def test_a_chunk_takes_at_most_one_global_atomic(direct, owned):
 
 
 @pytest.mark.ptx
+def test_a_lane_alone_takes_one_global_atomic_and_no_shared_one():
+    """`take_alone` (a lane alone, its warp's first request of at least `align`):
+    away from the end of the arena, one atomic on the cursor, or none where it
+    leaves the request to the general path; never a shared-memory atomic."""
+    from devalloc import layout as L
+    from devalloc.allocator import take_alone
+    from devalloc.numba_compat import compiling_for
+
+    words, capacity, tally_words = L.BLOCK_WORDS, L.CAPACITY, L.TALLY_WORDS
+
+    def alone(hdr, nbytes, out):
+        state = cuda.shared.array(words, types.int64)
+        tally = cuda.local.array(tally_words, types.int64)
+        tally[0] = tally[1] = 0
+        out[0] = take_alone(hdr, state, tally, 0, 0, hdr[capacity], 256, nbytes)
+        out[1] = tally[0] + tally[1]
+
+    with compiling_for(CC):
+        ptx, _ = cuda.compile_ptx(alone, (types.int64[::1], types.int64, types.int64[::1]), cc=CC)
+    cfg = Cfg(ptx)
+    end = next(i for i, block in enumerate(cfg.blocks) if block and block[-1] == "ret;")
+    counts = cfg.path_counts(0, end, "atom.global", avoid=["atom.global.cas", "nanosleep"])
+    assert counts == {0, 1}, counts
+    assert cfg.path_counts(0, end, "atom.shared") == {0}
+
+
+@pytest.mark.ptx
 def test_global_atomics_outside_failure_reports_only_move_the_cursor(one_alloc_cfg):
     cfg = one_alloc_cfg
     found = {

@@ -206,6 +206,58 @@ def test_a_block_hands_the_unused_tail_of_its_slab_back():
     assert stats.current_bytes == stats.requested_bytes == 5 * 512
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_lanes_alone_allocate_for_their_warps(strategy):
+    """One lane of each warp allocates alone, as a kernel's thread 0 does for its
+    block: its warp's first request (at least `align`: straight from the arena),
+    then a larger and a small one (through the slabs); in the last warp two
+    lanes ask together, which is no lone request."""
+    threads = 256
+    requests = np.full((threads, 3), NO_CALL, np.int64)
+    for warp in range(8):
+        requests[32 * warp] = [300 + 97 * warp, 5000, 40]
+    requests[32 * 7 + 1] = [700, 16, NO_CALL]
+    with devalloc.Arena(1 << 20, strategy=strategy) as arena:
+        offsets, lengths = run_requests(arena, requests, threads=threads)
+        made = check_allocations(arena, requests, offsets, lengths)
+        stats = arena.stats()
+    asked = requests[requests > 0]
+    assert made == asked.size == 26
+    assert stats.total_allocs == 26 and stats.failed_allocs == 0
+    rounded = np.where(asked >= 256, -(-asked // 256) * 256, -(-asked // 16) * 16)
+    assert stats.peak_requested_bytes == rounded.sum()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_lane_alone_that_finds_no_room_takes_nothing(strategy):
+    """A lone lane's first request, larger than what the frame's earlier launch
+    left, fails and takes nothing: its next, smaller request gets the rest."""
+    with devalloc.Arena(1280, strategy=strategy) as arena:
+        with pytest.raises(devalloc.ArenaOverflowError), arena.frame():
+            first = run_requests(arena, [[1024]], threads=32)
+            then = run_requests(arena, [[512, 256]], threads=32)
+        stats = arena.stats()
+    assert first[1].tolist() == [[1024]]
+    assert then[1].tolist() == [[0, 256]]  # the 512 B failed; 256 B fit in what was left
+    assert first[0][0, 0] == 0 and then[0][0, 1] == 1024
+    assert stats.total_allocs == 2 and stats.failed_allocs == 1
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_lane_alones_odd_requests_fail_alone(strategy):
+    """Requests a lane alone makes that no arena can serve (larger than the
+    arena, negative) fail and are counted; a zero-size one gets nothing and is
+    no failure; the warp's next request is served as a first one would be."""
+    with devalloc.Arena(1 << 16, strategy=strategy) as arena:
+        with pytest.raises(devalloc.ArenaOverflowError):
+            offsets, lengths = run_requests(arena, [[1 << 40, -5, 0, 4096]], threads=32)
+            arena.check()
+        stats = arena.stats()
+    assert lengths.tolist() == [[0, 0, 0, 4096]]
+    assert offsets[0, 3] % 256 == 0
+    assert stats.total_allocs == 1 and stats.failed_allocs == 2
+
+
 @devalloc.kernel
 def uneven(arena, counts, sizes, got):
     """Thread t allocates counts[t] times, sizes[t] bytes each, and returns at
