@@ -2,6 +2,7 @@
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,24 @@ def run_script(script, *args, timeout=600):
         [sys.executable, str(script), *args],
         cwd=ROOT, env=env_with_root(), capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
+
+
+def run_script_or_dump(script, *args, timeout):
+    """`run_script`, but a run still going after `timeout` seconds is stopped
+    with SIGABRT, which makes Python's faulthandler print every thread's stack:
+    returns ``(None, that dump)`` then, else ``(the finished run, "")``."""
+    process = subprocess.Popen(
+        [sys.executable, str(script), *args], cwd=ROOT,
+        env=env_with_root(PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        stdout, stderr = process.communicate()
+        return None, stdout[-2000:] + stderr[-12000:]
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), ""
 
 
 def compile_all(module, cc=(9, 0)):
