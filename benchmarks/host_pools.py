@@ -207,12 +207,9 @@ def row_numba_floor(units):
 
         def initialize(self):
             if FloorManager.block is None:
-                from cuda.bindings import driver as cu
+                from devalloc.cuda_graphs import cu, driver_call
 
-                status, pointer = cu.cuMemAlloc(largest)
-                if status != cu.CUresult.CUDA_SUCCESS:
-                    raise RuntimeError(f"cuMemAlloc of {largest} bytes: {status!r}")
-                FloorManager.block = pointer
+                FloorManager.block = driver_call(cu.cuMemAlloc(largest), "cuMemAlloc")
 
         def memalloc(self, size):
             return MemoryPointer(self.context, FloorManager.block, size)

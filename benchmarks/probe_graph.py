@@ -132,9 +132,10 @@ def part_figures(rows, dev, static, camera, out):
     def devalloc_part(frame_arrays, lists):
         with arena.capture() as graph:
             buf = P.allocate(dev.buffers, arena.empty)
-            edges = P.edges_of(camera, buf if frame_arrays else buf_s, graph.stream)
+            source = buf if frame_arrays else buf_s  # the edge stages' buffers
+            edges = P.edges_of(camera, source, graph.stream)
             if lists:
-                K.arena_lists[at](arena, edges, buf_s["blur"], buf["table"])
+                K.arena_lists[at](arena, edges, source["blur"], buf["table"])
                 K.arena_consume[at](arena, buf["table"], camera.rgb, out.palette, out.hist,
                                     out.overlay)  # fmt: skip
         return graph.replay
