@@ -53,7 +53,7 @@ def measure():
             lambda: K.plain_launch[blocks, block](out),
         ]
         figures["nothing_1M_us"] = [ms * 1e3 for ms in M.interleaved_ms(launches, reps=9)]
-    for threads in (10_000, 1 << 20):
+    for threads in (10_000, 100_000, 1 << 20):
         own, pre = M.single_shot_ms(threads, reps=9)
         figures[f"single_shot_{threads}"] = [own * 1e3, pre * 1e3, own / pre]
     if os.environ.get("VARIANT_QUICK"):  # attribution only: the launch-shaped figures
@@ -61,6 +61,15 @@ def measure():
     hot_path(figures, M, reps=7)
     own, packed = M.with_store_ms("warp_slab", 540_000, 64, 16)
     figures["with_store_16B"] = [own, packed, own / packed]
+    rate = M.allocation_rate("bump", 1 << 20, 64, 16, reps=7)
+    figures["bump_16B_G_per_s"] = rate["allocs_per_s"] / 1e9
+    import device_peers as P  # Gallatin's one-size test, devalloc's side of it
+
+    for strategy in ("warp_slab", "bump"):
+        for size in (16, 64):
+            count = P.gallatin_threads(size)
+            got = P.devalloc_twin(strategy, size, count, True, True, reps=3)
+            figures[f"one_each_{strategy}_{size}B_G_per_s"] = count / got["ms"] / 1e6
     return figures
 
 

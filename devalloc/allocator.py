@@ -39,10 +39,13 @@ at once refill it once.
 ``bump``
     The warp's slab is only the tail of the `align` unit its last chunk ended
     in; a chunk that does not fit there takes whole `align` units straight from
-    the cursor: one global atomic per group, and nothing lost but tails.
+    the cursor: one global atomic per group, and nothing lost but tails. In a
+    launch of many warps the units come from a grant of the block's cursor
+    shard instead (`take_spread`), so that the groups' atomics do not all queue
+    on the cursor's one address.
 
     arena cursor -> block slab (warp_slab) -> warp slab -> chunks
-                 -> warp's tail (bump) ----------------> chunks
+                 -> [shard grant] -> warp's tail (bump) -> chunks
 
 *The hot path* is what a CUDA engineer would write by hand, and what the
 instruction count of the H200's SASS says it costs (`take_uniform_small`): a
@@ -69,12 +72,14 @@ from . import layout as L
 from .backend import (
     activemask,
     ballot_sync,
+    bit_length,
     device_function,
     int32_words,
     lanemask_lt,
     leave_add,
     load_volatile,
     load_volatile_shared,
+    nap,
     pause,
     reduce_add,
     shfl_sync,
@@ -87,6 +92,7 @@ from .layout import FULL_MASK, WARP_SIZE
 
 LOW32 = 0xFFFFFFFF
 shard_base = device_function(L.shard_base)
+cursor_shard = device_function(L.cursor_shard)
 REFILLING = -1  # a slab word while one group refills it (slab words are never negative)
 
 
@@ -131,6 +137,8 @@ def fold_other_slot(hdr, slot):
         hdr[base + L.SHARD_GRANULES] = 0
     for word in range(L.SLOT_WORDS):
         hdr[other + word] = 0
+    for shard in range(L.CURSOR_SHARDS):
+        hdr[cursor_shard(1 - slot, shard)] = 0
 
 
 @device_function
@@ -384,6 +392,123 @@ def take_from_arena(hdr, slot, capacity, want, least):
             return -1, 0
 
 
+# -- cursor shards -------------------------------------------------------------------------
+# In a launch of many warps, each taking its first slab (or, with ``bump``, each
+# group its units) from the cursor, every one of those atomics queues on the one
+# cursor word. Such takes go to the block's cursor shard instead: one atomic add
+# on the shard's grant word (`layout.GRANT_START_SHIFT`); only a grant's refill
+# takes from the cursor::
+#
+#    cursor -> grants of shards 0..31 (by block index) -> warps' first slabs, bump's units
+#
+# Only ``bump`` takes from shards. In ``warp_slab`` kernels the shard code, inlined
+# where a warp takes its first slab, cost registers even where it never ran: on the
+# H200 (2026-12-02, A/B in one run) sustained 16 B fell from 155 to 138 G/s and
+# single-shot at 1 M threads did not move (30.8 us); `bump` went from 41.8 to 87.5
+# G/s at 16 B and from 29.0 to 41.1 G/s on Gallatin's one-allocation-a-thread test.
+# Grants grow with demand: the first has room for a slab for each warp of the
+# shard's blocks (each asking alike), each later one is twice the last, and none
+# is larger than 1/(GRANT_SHARE * CURSOR_SHARDS) of the room left in the arena, so
+# grants shrink as the arena fills. When the arena cannot give a whole grant, the
+# shard is spent and its requests go to the cursor, which serves the end exactly,
+# and then to the rest of the other shards' grants: a request fails only if
+# neither the cursor nor any grant has room for it.
+
+
+@device_function
+def take_spread(hdr, slot, capacity, want, least):
+    """`take_from_arena` (`want` a multiple of 16 bytes) through the block's cursor
+    shard in a launch of at least SHARDED_WARPS warps when `want` is small next
+    to the arena; straight from the cursor otherwise."""
+    granules = want >> 4
+    large = granules * (L.GRANT_SERVES * L.GRANT_SHARE * L.CURSOR_SHARDS) > capacity >> 4
+    if large | (granules > L.GRANT_TAKE_MOST) | (capacity >= L.GRANT_CAPACITY_LIMIT):
+        return take_from_arena(hdr, slot, capacity, want, least)
+    block_warps = (cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + WARP_SIZE - 1) >> 5
+    blocks = int64(cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z)
+    if blocks * block_warps < L.SHARDED_WARPS:
+        return take_from_arena(hdr, slot, capacity, want, least)
+    shard_warps = ((blocks + L.CURSOR_SHARDS - 1) // L.CURSOR_SHARDS) * block_warps
+    least = (least + L.GRANULE - 1) >> 4
+    return take_from_shard(hdr, slot, capacity, granules, least, shard_warps)
+
+
+@device_function
+def take_from_shard(hdr, slot, capacity, granules, least, shard_warps):
+    """`granules` from the block's shard: one atomic add to its grant word, or,
+    for the request that runs past the grant's end, the next grant (`take_grant`);
+    the requests that run past it meanwhile wait for that and try again. Returns
+    ``(start, bytes)`` as `take_from_arena` does."""
+    block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
+    word = cursor_shard(slot, block & (L.CURSOR_SHARDS - 1))
+    while True:
+        old = cuda.atomic.add(hdr, word, granules)
+        used = old & L.GRANT_USED_MASK
+        code = (old >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
+        if code == L.GRANT_SPENT:  # (its count put back, so that it never grows into the code)
+            cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
+            return take_or_steal(hdr, slot, capacity, granules, least)
+        size = (int64(1) << code) >> 1
+        if used + granules <= size:
+            return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
+        if used <= size:  # the first past the end: it takes the next grant
+            return take_grant(hdr, slot, capacity, word, granules, least, size, shard_warps)
+        grant = old >> L.GRANT_CODE_SHIFT  # (a new grant has another start)
+        while load_volatile(hdr, word) >> L.GRANT_CODE_SHIFT == grant:
+            nap()
+
+
+@device_function
+def take_grant(hdr, slot, capacity, word, granules, least, size, shard_warps):
+    """Run by the request that ran past the end of its shard's grant of `size`
+    granules: the shard's next grant from the cursor, with this request taken
+    from its front, published in one exchange. If the arena has no room for a
+    whole grant, the shard is spent and this request goes to the cursor."""
+    grant = 2 * size
+    if size == 0:  # room for the warps of the shard's blocks, each asking alike
+        grant = granules * shard_warps
+    left = (capacity - load_volatile(hdr, slot * L.SLOT_WORDS + L.CURSOR)) >> 4
+    most = left // (L.GRANT_SHARE * L.CURSOR_SHARDS)
+    grant = min(grant, most, int64(1) << L.GRANT_MOST_LOG2)
+    grant = int64(1) << bit_length(max(grant, granules) - 1)  # a power of two, at least the take
+    start, _ = take_from_arena(hdr, slot, capacity, grant << 4, grant << 4)
+    if start < 0:
+        cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
+        return take_or_steal(hdr, slot, capacity, granules, least)
+    code = bit_length(grant)  # (1 << code) >> 1 == grant
+    published = (start >> 4) << L.GRANT_START_SHIFT | code << L.GRANT_CODE_SHIFT | granules
+    cuda.atomic.exch(hdr, word, published)
+    return start, granules << 4
+
+
+@device_function
+def take_or_steal(hdr, slot, capacity, granules, least):
+    """For a request of a spent shard: the cursor, which serves the end of the
+    arena exactly, or, if it has no room, the rest of another shard's grant, so
+    that a request fails only if neither the cursor nor any grant has room."""
+    start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
+    if start >= 0:
+        return start, got
+    block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
+    for step in range(1, L.CURSOR_SHARDS):
+        word = cursor_shard(slot, (block + step) & (L.CURSOR_SHARDS - 1))
+        seen = load_volatile(hdr, word)  # (add only where there looks to be room)
+        code = (seen >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
+        size = (int64(1) << code) >> 1
+        if (code == L.GRANT_SPENT) | ((seen & L.GRANT_USED_MASK) + granules > size):
+            continue
+        old = cuda.atomic.add(hdr, word, granules)
+        used = old & L.GRANT_USED_MASK
+        code = (old >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
+        size = (int64(1) << code) >> 1
+        if code != L.GRANT_SPENT:
+            if used + granules <= size:
+                return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
+            if used <= size:  # this took the grant's end: nothing is left to refill it
+                cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
+    return int64(-1), int64(0)
+
+
 # -- slab words in shared memory -----------------------------------------------------------
 
 
@@ -491,10 +616,14 @@ def lock(state, word, seen):
 
 
 @device_function
-def slab_from_arena(hdr, slot, capacity, granules, least):
+def slab_from_arena(hdr, slot, capacity, granules, least, spread):
     """A slab word for `granules` from the cursor (fewer, but at least `least`, at
-    the end of the arena); 0 for none."""
-    start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
+    the end of the arena), or, with `spread`, through the block's cursor shard
+    (`take_spread`); 0 for none."""
+    if spread:
+        start, got = take_spread(hdr, slot, capacity, granules << 4, least << 4)
+    else:
+        start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
     if start < 0:
         return 0
     return (start >> 4) << L.REM_BITS | (got >> 4)
@@ -529,7 +658,7 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
             if taken == 0:  # the block's warps are likely to ask alike: room for each
                 want = need * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
             want = min(block_granules, (want + unit - 1) & -unit)
-            slab = slab_from_arena(hdr, slot, capacity, want, least)
+            slab = slab_from_arena(hdr, slot, capacity, want, least, False)
             if slab != 0:  # under the lock: no other group writes it
                 cuda.atomic.exch(state, L.BLOCK_TAKEN, taken + (slab & L.REM_MASK))
             # The old slab's rest, too small for this request, is a bounded tail.
@@ -558,10 +687,10 @@ def warp_refill(hdr, state, warp, slot, capacity, need, step, align, warp_g, blo
     arena made storing kernels 1.23x slower)."""
     unit = align >> 4
     if direct:
-        return slab_from_arena(hdr, slot, capacity, (need + unit - 1) & -unit, need)
+        return slab_from_arena(hdr, slot, capacity, (need + unit - 1) & -unit, need, True)
     taken = load_volatile_shared(state, L.WARP_TAKEN + warp)
     if (taken == 0) & (need >= unit):
-        slab = slab_from_arena(hdr, slot, capacity, (need + unit - 1) & -unit, need)
+        slab = slab_from_arena(hdr, slot, capacity, (need + unit - 1) & -unit, need, False)
     else:
         want = min(warp_g, max(need, taken))
         slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, unit)
@@ -713,7 +842,7 @@ def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbyte
             FULL_MASK, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
         )
     if mask & (mask - 1) == 0:  # one lane alone
-        offset = take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes)
+        offset = take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct)
         if offset != NOT_SERVED:
             return offset
     return alloc_for(
@@ -722,7 +851,7 @@ def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbyte
 
 
 @device_function
-def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes):
+def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     """The fast path of a lane alone (the one thread that allocates for its
     block, say) making its warp's first request, of at least `align` bytes:
     whole `align` units straight from the arena's cursor, as the general path
@@ -739,7 +868,10 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes):
     if load_volatile_shared(state, L.WARP_TAKEN + warp) != 0:
         return NOT_SERVED
     span = (nbytes + align - 1) & -align
-    start, _ = take_from_arena(hdr, slot, capacity, span, nbytes)
+    if direct:
+        start, _ = take_spread(hdr, slot, capacity, span, nbytes)
+    else:
+        start, _ = take_from_arena(hdr, slot, capacity, span, nbytes)
     if start < 0:
         return NOT_SERVED
     store_volatile_shared(state, L.WARP_TAKEN + warp, span >> 4)

@@ -17,10 +17,10 @@ Memory             host_memory.GpuMemory       simulator.host_memory.SimMemory
 Recording          cuda_graphs.Recording       simulator.cuda_graphs.Recording
 =================  ==========================  ======================================
 
-The device functions are ``device_function``, ``array_at``, ``int32_words``,
+The device functions are ``device_function``, ``array_at``, ``bit_length``, ``int32_words``,
 ``leave_add``, ``load_volatile``, ``load_volatile_shared``, ``reduce_add``,
 ``store_volatile_at`` and ``store_volatile_shared``; the warp primitives ``activemask``,
-``ballot_sync``, ``lanemask_lt``, ``pause``, ``shfl_sync``, ``shfl_up_sync`` and
+``ballot_sync``, ``lanemask_lt``, ``nap``, ``pause``, ``shfl_sync``, ``shfl_up_sync`` and
 ``syncwarp``.
 
 Two host-side differences are tested where they happen, on `SIMULATOR`: a
@@ -43,6 +43,7 @@ else:
     from . import warp as _warp
 
 array_at = _device_memory.array_at
+bit_length = _device_memory.bit_length
 device_function = _device_memory.device_function
 int32_words = _device_memory.int32_words
 leave_add = _device_memory.leave_add
@@ -55,6 +56,7 @@ store_volatile_shared = _device_memory.store_volatile_shared
 activemask = _warp.activemask
 ballot_sync = _warp.ballot_sync
 lanemask_lt = _warp.lanemask_lt
+nap = _warp.nap
 pause = _warp.pause
 shfl_sync = _warp.shfl_sync
 shfl_up_sync = _warp.shfl_up_sync
@@ -80,6 +82,7 @@ __all__ = [
     "arena_maker",
     "array_at",
     "ballot_sync",
+    "bit_length",
     "device_function",
     "int32_words",
     "jit_kernel",
@@ -87,6 +90,7 @@ __all__ = [
     "leave_add",
     "load_volatile",
     "load_volatile_shared",
+    "nap",
     "pause",
     "reduce_add",
     "shfl_sync",

@@ -10,12 +10,13 @@ An address becomes a pointer into the global address space, so NVVM emits
 """
 
 import numpy as np
-from numba import cuda, types
+from numba import cuda, int64, types
 
 from .numba_compat import carray, cgutils, intrinsic, ir
 
 __all__ = [
     "array_at",
+    "bit_length",
     "device_function",
     "global_pointer",
     "int32_words",
@@ -156,6 +157,13 @@ def _int32_pointer(typingctx, array):
         return builder.bitcast(data, ir.IntType(32).as_pointer())
 
     return types.CPointer(types.int32)(array), codegen
+
+
+@cuda.jit(device=True, inline="always")
+def bit_length(value):
+    """Bits of a non-negative int64 (Python's ``int.bit_length``): one ``clz.b64``.
+    (The simulator's ``cuda.clz`` counts in 32 bits.)"""
+    return 64 - cuda.clz(int64(value))
 
 
 @cuda.jit(device=True, inline="always")

@@ -11,6 +11,7 @@ __all__ = [
     "activemask",
     "ballot_sync",
     "lanemask_lt",
+    "nap",
     "pause",
     "shfl_sync",
     "shfl_up_sync",
@@ -59,3 +60,10 @@ def pause():
     """Wait for another warp (a refill, the cursor put back) by polling again at
     once: on the H200, `nanosleep(32)` here cost 9% of the throughput of
     mixed sizes (100 K threads, 2026-12-01), whose refills others wait for."""
+
+
+@device_function
+def nap():
+    """Wait for another warp to publish a shard's grant (two global round trips)
+    without polling its word from every waiting warp at once: a short sleep."""
+    cuda.nanosleep(100)

@@ -246,6 +246,45 @@ def test_the_fast_path_takes_no_atomic_at_all(one_alloc_cfg):
     assert min(reductions) == 0, reductions
 
 
+# Paths that reach the end of the arena or wait for another warp: a CAS puts the
+# cursor back, an exchange publishes a shard's next grant (or marks it spent), a
+# sleep waits.
+AWAY_FROM_THE_END = ["atom.global.cas", "atom.global.exch", "nanosleep"]
+
+
+def _sharded_kernel():
+    from devalloc import layout as L
+    from devalloc.allocator import take_spread
+
+    capacity = L.CAPACITY
+
+    def sharded(hdr, want, out):
+        out[0], out[1] = take_spread(hdr, 0, hdr[capacity], want, want)
+
+    return sharded
+
+
+@pytest.mark.ptx
+def test_a_sharded_take_is_one_atomic_on_its_shard_or_on_the_cursor():
+    """`take_spread`, away from a grant's refill and the end of the arena: one
+    global atomic, whichever word it goes to (the block's shard, or the cursor for
+    a small launch or a large request); the refill, two and the exchange."""
+    from devalloc.numba_compat import compiling_for
+
+    with compiling_for(CC):
+        ptx, _ = cuda.compile_ptx(
+            _sharded_kernel(), (types.int64[::1], types.int64, types.int64[::1]), cc=CC
+        )
+    cfg = Cfg(ptx)
+    end = next(i for i, block in enumerate(cfg.blocks) if block and block[-1] == "ret;")
+    assert cfg.path_counts(0, end, "atom.global", avoid=AWAY_FROM_THE_END) == {1}
+    refills = cfg.path_counts(
+        0, end, "atom.global.add", avoid=["atom.global.cas", "nanosleep"],
+        through="atom.global.exch",
+    )  # fmt: skip
+    assert 2 in refills, refills  # the shard's add, the cursor's add, then the exchange
+
+
 def _chunk_kernel(direct, owned):
     from devalloc import layout as L
     from devalloc.allocator import take_chunk
@@ -275,13 +314,15 @@ def test_a_chunk_takes_at_most_one_global_atomic(direct, owned):
         ptx, _ = cuda.compile_ptx(chunk, (types.int64[::1], types.int64, types.int64[::1]), cc=CC)
     cfg = Cfg(ptx)
     end = next(i for i, block in enumerate(cfg.blocks) if block and block[-1] == "ret;")
-    counts = cfg.path_counts(0, end, "atom.global", avoid=["atom.global.cas", "nanosleep"])
+    # (Away from a shard's grant refill and a spent shard, which exchange its word.)
+    counts = cfg.path_counts(0, end, "atom.global", avoid=AWAY_FROM_THE_END)
     # (bump's whole warp always refills: its slab is a tail the warp has looked at)
     assert counts == ({1} if direct and owned else {0, 1}), counts
 
 
 @pytest.mark.ptx
-def test_a_lane_alone_takes_one_global_atomic_and_no_shared_one():
+@pytest.mark.parametrize("direct", [False, True], ids=["warp_slab", "bump"])
+def test_a_lane_alone_takes_one_global_atomic_and_no_shared_one(direct):
     """`take_alone` (a lane alone, its warp's first request of at least `align`):
     away from the end of the arena, one atomic on the cursor, or none where it
     leaves the request to the general path; never a shared-memory atomic."""
@@ -295,14 +336,14 @@ def test_a_lane_alone_takes_one_global_atomic_and_no_shared_one():
         state = cuda.shared.array(words, types.int64)
         tally = cuda.local.array(tally_words, types.int64)
         tally[0] = tally[1] = 0
-        out[0] = take_alone(hdr, state, tally, 0, 0, hdr[capacity], 256, nbytes)
+        out[0] = take_alone(hdr, state, tally, 0, 0, hdr[capacity], 256, nbytes, direct)
         out[1] = tally[0] + tally[1]
 
     with compiling_for(CC):
         ptx, _ = cuda.compile_ptx(alone, (types.int64[::1], types.int64, types.int64[::1]), cc=CC)
     cfg = Cfg(ptx)
     end = next(i for i, block in enumerate(cfg.blocks) if block and block[-1] == "ret;")
-    counts = cfg.path_counts(0, end, "atom.global", avoid=["atom.global.cas", "nanosleep"])
+    counts = cfg.path_counts(0, end, "atom.global", avoid=AWAY_FROM_THE_END)
     assert counts == {0, 1}, counts
     assert cfg.path_counts(0, end, "atom.shared") == {0}
 
@@ -318,7 +359,8 @@ def test_global_atomics_outside_failure_reports_only_move_the_cursor(one_alloc_c
         if line.startswith(("atom.global", "red."))
     }
     # The cursor: taken from, put back after running past the end; the block's
-    # allocation count, flushed at its exit.
+    # allocation count, flushed at its exit. (`warp_slab` has no cursor shards,
+    # whose grant words `bump` also exchanges: see the sharded test above.)
     assert found == {"atom.global.add.u64", "atom.global.cas.b64", "red.add.u64"}, found
 
 

@@ -15,6 +15,7 @@ from numba import cuda
 
 __all__ = [
     "array_at",
+    "bit_length",
     "buffer_at",
     "bytes_at",
     "device_function",
@@ -93,6 +94,10 @@ def array_at(address, n):
 
 def load_volatile(array, i):
     return array[i]
+
+
+def bit_length(value):
+    return int(value).bit_length()
 
 
 load_volatile_shared = load_volatile

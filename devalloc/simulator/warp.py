@@ -35,6 +35,7 @@ __all__ = [
     "enter_lane",
     "exit_lane",
     "lanemask_lt",
+    "nap",
     "pause",
     "shfl_sync",
     "shfl_up_sync",
@@ -255,3 +256,8 @@ def pause():
     """Let the other simulated threads run while this one waits for them."""
     _current_lane()  # stops a lane whose kernel was aborted
     time.sleep(0)
+
+
+def nap():
+    """`pause`: the simulator's threads sleep alike."""
+    pause()
