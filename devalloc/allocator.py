@@ -408,8 +408,9 @@ def take_from_arena(hdr, slot, capacity, want, least):
 # G/s at 16 B and from 29.0 to 41.1 G/s on Gallatin's one-allocation-a-thread test.
 # Grants grow with demand: the first has room for a slab for each warp of the
 # shard's blocks (each asking alike), each later one is twice the last, and none
-# is larger than 1/(GRANT_SHARE * CURSOR_SHARDS) of the room left in the arena, so
-# grants shrink as the arena fills. When the arena cannot give a whole grant, the
+# is larger than the power of two above 1/(GRANT_SHARE * CURSOR_SHARDS) of the
+# room left in the arena (or above the take itself), so grants shrink as the
+# arena fills. When the arena cannot give a whole grant, the
 # shard is spent and its requests go to the cursor, which serves the end exactly,
 # and then to the rest of the other shards' grants: a request fails only if
 # neither the cursor nor any grant has room for it.

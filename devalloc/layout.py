@@ -112,8 +112,8 @@ GRANT_SPENT = GRANT_CODE_MASK
 GRANT_MOST_LOG2 = 22  # 64 MiB
 GRANT_TAKE_MOST = 1 << 12  # granules (64 KiB)
 # A take goes through a shard if the arena holds GRANT_SERVES such takes for every
-# shard, GRANT_SHARE times over. A grant is at most 1/(GRANT_SHARE * CURSOR_SHARDS)
-# of the room left in the arena when it is taken.
+# shard, GRANT_SHARE times over. A grant is under 2/(GRANT_SHARE * CURSOR_SHARDS)
+# of the room left in the arena when it is taken (a power of two, from 1/ up).
 GRANT_SERVES = 8
 GRANT_SHARE = 8
 HEADER_WORDS = HEADER_BYTES // 8
