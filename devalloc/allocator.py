@@ -237,16 +237,19 @@ def leave_block(hdr, state, tally, slot, seq, kernel, align):
             allocs = read_split(words, L.BLOCK_ALLOCS)
             granules = read_split(words, L.BLOCK_GRANULES)
             if (allocs != 0) | (granules != 0):  # fire and forget: need not wait for it
-                block = cuda.blockIdx.x + cuda.gridDim.x * (
-                    cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z
-                )
-                base = shard_base(slot, block % L.COUNT_SHARDS)
+                base = shard_base(slot, block_index() % L.COUNT_SHARDS)
                 reduce_add(hdr, base + L.SHARD_ALLOCS, allocs)
                 reduce_add(hdr, base + L.SHARD_GRANULES, granules)
                 reduce_add(hdr, L.KERNEL_ALLOCS + kernel, allocs)
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
                 report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])
+
+
+@device_function
+def block_index():
+    """The block's index in its grid, in row-major order."""
+    return cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
 
 
 @device_function
@@ -393,13 +396,13 @@ def take_from_arena(hdr, slot, capacity, want, least):
 
 
 # -- cursor shards -------------------------------------------------------------------------
-# In a launch of many warps, each taking its first slab (or, with ``bump``, each
-# group its units) from the cursor, every one of those atomics queues on the one
+# In a ``bump`` launch of many warps, each group taking its units (and each lone
+# lane its own) from the cursor, every one of those atomics queues on the one
 # cursor word. Such takes go to the block's cursor shard instead: one atomic add
 # on the shard's grant word (`layout.GRANT_START_SHIFT`); only a grant's refill
 # takes from the cursor::
 #
-#    cursor -> grants of shards 0..31 (by block index) -> warps' first slabs, bump's units
+#    cursor -> grants of shards 0..31 (by block index) -> bump's units, lone lanes'
 #
 # Only ``bump`` takes from shards. In ``warp_slab`` kernels the shard code, inlined
 # where a warp takes its first slab, cost registers even where it never ran: on the
@@ -417,10 +420,12 @@ def take_from_arena(hdr, slot, capacity, want, least):
 
 
 @device_function
-def take_spread(hdr, slot, capacity, want, least):
-    """`take_from_arena` (`want` a multiple of 16 bytes) through the block's cursor
-    shard in a launch of at least SHARDED_WARPS warps when `want` is small next
-    to the arena; straight from the cursor otherwise."""
+def take_spread(hdr, slot, capacity, want, least, shards):
+    """`take_from_arena` (`want` a multiple of 16 bytes), but with `shards` (a
+    constant: ``bump``'s) through the block's cursor shard in a launch of at
+    least SHARDED_WARPS warps when `want` is small next to the arena."""
+    if not shards:
+        return take_from_arena(hdr, slot, capacity, want, least)
     granules = want >> 4
     large = granules * (L.GRANT_SERVES * L.GRANT_SHARE * L.CURSOR_SHARDS) > capacity >> 4
     if large | (granules > L.GRANT_TAKE_MOST) | (capacity >= L.GRANT_CAPACITY_LIMIT):
@@ -435,21 +440,26 @@ def take_spread(hdr, slot, capacity, want, least):
 
 
 @device_function
+def grant_parts(word):
+    """A grant word's ``(granules taken, granules it holds, whether it is spent)``
+    (`layout.GRANT_START_SHIFT`; its first granule is ``word >> GRANT_START_SHIFT``)."""
+    code = (word >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
+    return word & L.GRANT_USED_MASK, (int64(1) << code) >> 1, code == L.GRANT_SPENT
+
+
+@device_function
 def take_from_shard(hdr, slot, capacity, granules, least, shard_warps):
     """`granules` from the block's shard: one atomic add to its grant word, or,
     for the request that runs past the grant's end, the next grant (`take_grant`);
     the requests that run past it meanwhile wait for that and try again. Returns
     ``(start, bytes)`` as `take_from_arena` does."""
-    block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
-    word = cursor_shard(slot, block & (L.CURSOR_SHARDS - 1))
+    word = cursor_shard(slot, block_index() & (L.CURSOR_SHARDS - 1))
     while True:
         old = cuda.atomic.add(hdr, word, granules)
-        used = old & L.GRANT_USED_MASK
-        code = (old >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
-        if code == L.GRANT_SPENT:  # (its count put back, so that it never grows into the code)
+        used, size, spent = grant_parts(old)
+        if spent:  # (its count put back, so that it never grows into the code)
             cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
             return take_or_steal(hdr, slot, capacity, granules, least)
-        size = (int64(1) << code) >> 1
         if used + granules <= size:
             return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
         if used <= size:  # the first past the end: it takes the next grant
@@ -490,19 +500,15 @@ def take_or_steal(hdr, slot, capacity, granules, least):
     start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
     if start >= 0:
         return start, got
-    block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
+    block = block_index()
     for step in range(1, L.CURSOR_SHARDS):
         word = cursor_shard(slot, (block + step) & (L.CURSOR_SHARDS - 1))
-        seen = load_volatile(hdr, word)  # (add only where there looks to be room)
-        code = (seen >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
-        size = (int64(1) << code) >> 1
-        if (code == L.GRANT_SPENT) | ((seen & L.GRANT_USED_MASK) + granules > size):
+        used, size, spent = grant_parts(load_volatile(hdr, word))
+        if spent | (used + granules > size):  # (add only where there looks to be room)
             continue
         old = cuda.atomic.add(hdr, word, granules)
-        used = old & L.GRANT_USED_MASK
-        code = (old >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK
-        size = (int64(1) << code) >> 1
-        if code != L.GRANT_SPENT:
+        used, size, spent = grant_parts(old)
+        if not spent:
             if used + granules <= size:
                 return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
             if used <= size:  # this took the grant's end: nothing is left to refill it
@@ -621,10 +627,7 @@ def slab_from_arena(hdr, slot, capacity, granules, least, spread):
     """A slab word for `granules` from the cursor (fewer, but at least `least`, at
     the end of the arena), or, with `spread`, through the block's cursor shard
     (`take_spread`); 0 for none."""
-    if spread:
-        start, got = take_spread(hdr, slot, capacity, granules << 4, least << 4)
-    else:
-        start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
+    start, got = take_spread(hdr, slot, capacity, granules << 4, least << 4, spread)
     if start < 0:
         return 0
     return (start >> 4) << L.REM_BITS | (got >> 4)
@@ -869,10 +872,7 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     if load_volatile_shared(state, L.WARP_TAKEN + warp) != 0:
         return NOT_SERVED
     span = (nbytes + align - 1) & -align
-    if direct:
-        start, _ = take_spread(hdr, slot, capacity, span, nbytes)
-    else:
-        start, _ = take_from_arena(hdr, slot, capacity, span, nbytes)
+    start, _ = take_spread(hdr, slot, capacity, span, nbytes, direct)
     if start < 0:
         return NOT_SERVED
     store_volatile_shared(state, L.WARP_TAKEN + warp, span >> 4)

@@ -83,9 +83,9 @@ SHARD_GRANULES = 1
 # the arena was made: one reduction by each block that allocated.
 KERNEL_ALLOCS = SHARDS_AT + 2 * COUNT_SHARDS * SHARD_WORDS
 KERNEL_IDS = 32  # the last one counts every kernel past the first KERNEL_IDS - 1
-# Cursor shards: in a launch of at least SHARDED_WARPS warps, a warp takes its
-# first slab (and with ``bump`` each chunk's units, and a lone lane its units) from
-# a *grant* of its block's shard (by block index, one 128-byte line each,
+# Cursor shards: in a ``bump`` launch of at least SHARDED_WARPS warps, a group
+# takes its chunk's units (and a lone lane its units) from a *grant* of its block's
+# shard (by block index, one 128-byte line each,
 # CURSOR_SHARDS a slot), and only a grant's refill moves the slot's cursor. One
 # address serializes atomics: on the H200 (2026-12-02), one atomic a warp for 1 M
 # threads took 30.0 us on one address, 13.5 on 32, 12.2 on 256, against 9.5 us

@@ -3,13 +3,13 @@ groups take their units (and lone lanes theirs) from grants of 32 shards, and
 only a grant's refill moves the arena's cursor. (``warp_slab`` takes from the
 cursor: see the allocator's notes.)
 
-On the GPU only launches of `layout.SHARDED_WARPS` warps or more use them, and
-the GPU suite's launches of a million threads do (`test_gpu`, and the check
-below that their grants were made). The simulator cannot run such launches in a
-test's time, so here the threshold is lowered to one warp and grants are let
-grow to a larger share of the arena (the allocator reads both from `layout`
-while it runs): every launch below is sharded. The warp-slab tests are run
-again the same way, as they are, at the end of this module."""
+On the GPU only launches of `layout.SHARDED_WARPS` warps or more use them, as
+the GPU suite's ``bump`` launches of a million threads do (`test_gpu`). The
+simulator cannot run such launches in a test's time, so here the threshold is
+lowered to one warp and grants are let grow to a larger share of the arena (the
+allocator reads both from `layout` while it runs): every launch below is
+sharded. The warp-slab tests are run again the same way, as they are, at the end
+of this module."""
 
 import itertools
 

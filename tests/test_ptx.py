@@ -259,7 +259,7 @@ def _sharded_kernel():
     capacity = L.CAPACITY
 
     def sharded(hdr, want, out):
-        out[0], out[1] = take_spread(hdr, 0, hdr[capacity], want, want)
+        out[0], out[1] = take_spread(hdr, 0, hdr[capacity], want, want, True)
 
     return sharded
 
