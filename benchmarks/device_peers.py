@@ -104,12 +104,28 @@ def ouroboros(size, count, binary, timeout):
     return {"allocations": count, "ms": float(found.group(1)), "failed": None}
 
 
-def devalloc_twin(strategy, size, count, write_id, host_clock, reps):
+_capped = {}
+
+
+def one_each_capped(max_registers):
+    """`one_each`, or the same kernel compiled with ``max_registers`` (a user's
+    cuda.jit option: ptxas keeps the kernel to that many registers, spilling
+    where it must): at one allocation a thread the kernel is latency-bound,
+    and fewer registers keep more warps resident."""
+    if not max_registers:
+        return K.one_each
+    if max_registers not in _capped:
+        _capped[max_registers] = devalloc.kernel(max_registers=max_registers)(K.one_each.py_func)
+    return _capped[max_registers]
+
+
+def devalloc_twin(strategy, size, count, write_id, host_clock, reps, max_registers=0):
     """`one_each` over `count` threads in an arena of 500 x 16 MiB (or 1.25 times
     what they ask, if more); ms per launch
     (host clock around launch and synchronize, or CUDA events), the median of
     `reps`, and the failures of the last. With `write_id`, a last launch is
     checked: every thread's block still holds its id (`ids_intact`)."""
+    one_each = one_each_capped(max_registers)
     blocks = -(-count // K_BLOCK)
     offsets = cuda.device_array(count, np.int64)
     counters = cuda.to_device(np.zeros(2, np.int64))  # failures, overwritten ids
@@ -124,7 +140,7 @@ def devalloc_twin(strategy, size, count, write_id, host_clock, reps):
             began = time.perf_counter()
             start.record()
             with arena.frame():
-                K.one_each[blocks, K_BLOCK](arena, size // 8, count, write_id, offsets, misses)
+                one_each[blocks, K_BLOCK](arena, size // 8, count, write_id, offsets, misses)
                 if rep == reps + 1 and write_id:
                     K.ids_intact[blocks, K_BLOCK](arena, count, offsets, bad)
             end.record()
@@ -149,11 +165,28 @@ def main():
     parser.add_argument("--timeout", type=int, default=120, help="seconds per peer run")
     parser.add_argument("--reps", type=int, default=5, help="devalloc launches per figure")
     parser.add_argument("--out", type=Path, help="results JSON (default: benchmarks/results/)")
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        choices=("gallatin", "ouroboros"),
+        default=["gallatin", "ouroboros"],
+        help="which peers' tests to run",
+    )
+    parser.add_argument(
+        "--max-registers",
+        type=int,
+        nargs="+",
+        default=[0],
+        metavar="N",
+        help="also run devalloc's twins capped at N registers (0: no cap)",
+    )
     args = parser.parse_args()
     if any(size < 16 or size % 8 for size in args.sizes):
         parser.error(f"--sizes must be multiples of 8 from 16 bytes (got {args.sizes})")
     if args.ouroboros_threads < 1 or args.reps < 1:
         parser.error("--ouroboros-threads and --reps must be at least 1")
+    if any(not 0 <= cap <= 255 for cap in args.max_registers):
+        parser.error(f"--max-registers must be 0 (no cap) to 255 (got {args.max_registers})")
     if SIMULATOR or not cuda.is_available():
         raise SystemExit("device_peers.py needs a GPU: the peers are CUDA C++ binaries")
 
@@ -172,23 +205,28 @@ def main():
         data["results"].append(row)
         out.write_text(json.dumps(data, indent=1))  # (after each row: a crash loses none)
         rate = f"{row['g_per_s']:8.2f} G/s" if "ms" in row else f"skipped: {row['skipped']}"
-        print(f"{test:10} {allocator:20} {size:6} B  {rate}", flush=True)
+        cap = f"  max_registers={row['max_registers']}" if "max_registers" in row else ""
+        print(f"{test:10} {allocator:20} {size:6} B  {rate}{cap}", flush=True)
 
     def twin(test, strategy, size, count, write_id):
-        try:
-            result = devalloc_twin(
-                strategy, size, count, write_id, host_clock=write_id, reps=args.reps
-            )
-        except devalloc.ArenaOverflowError as error:  # (a row of its own, not the run's end)
-            result = {"skipped": f"{error.failed} of {count} allocations failed"}
-        add(test, f"devalloc {strategy}", size, result)
+        for cap in args.max_registers:
+            try:
+                result = devalloc_twin(
+                    strategy, size, count, write_id, host_clock=write_id, reps=args.reps,
+                    max_registers=cap,
+                )  # fmt: skip
+            except devalloc.ArenaOverflowError as error:  # (a row of its own, not the run's end)
+                result = {"skipped": f"{error.failed} of {count} allocations failed"}
+            if cap:
+                result["max_registers"] = cap
+            add(test, f"devalloc {strategy}", size, result)
 
-    for size in args.sizes:
+    for size in args.sizes if "gallatin" in args.tests else ():
         binary = args.peers / "gallatin_test"
         add("gallatin", "gallatin", size, gallatin(size, binary, args.timeout))
         for strategy in ("warp_slab", "bump"):
             twin("gallatin", strategy, size, gallatin_threads(size), 1)
-    for size in args.sizes:
+    for size in args.sizes if "ouroboros" in args.tests else ():
         # As many threads as its 8 GiB instance holds twice over (its own test's
         # default size; 10 M threads of 1 KiB do not fit and it stops).
         count = min(args.ouroboros_threads, OUROBOROS_BYTES // 2 // size)
@@ -198,6 +236,12 @@ def main():
             twin("ouroboros", strategy, size, count, 0)
     print(f"results: {out}")
     plot(data, out.with_suffix(".png"))
+
+
+def label(row):
+    """A row's allocator, with the register cap its kernel was compiled with."""
+    cap = row.get("max_registers")
+    return row["allocator"] + (f", {cap} registers" if cap else "")
 
 
 def plot(data, path):
@@ -214,10 +258,10 @@ def plot(data, path):
     for ax, test in zip(axes[0], tests):
         mine = [r for r in rows if r["test"] == test]
         sizes = sorted({r["size"] for r in mine})
-        allocators = list(dict.fromkeys(r["allocator"] for r in mine))
+        allocators = list(dict.fromkeys(label(r) for r in mine))
         width = 0.8 / len(allocators)
         for k, name in enumerate(allocators):
-            rate = {r["size"]: r["g_per_s"] for r in mine if r["allocator"] == name}
+            rate = {r["size"]: r["g_per_s"] for r in mine if label(r) == name}
             rates = [rate.get(s, 0) for s in sizes]
             ours = name.startswith("devalloc")
             color = ("#1b7837" if "warp_slab" in name else "#5aae61") if ours else None

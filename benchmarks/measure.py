@@ -212,14 +212,14 @@ def interleaved_ms(launches, reps=15, batch=20):
     return [statistics.median(seen) for seen in times]
 
 
-def single_shot_ms(threads, reps=15):
+def single_shot_ms(threads, reps=15, strategy="warp_slab"):
     """The survey's single-shot test: each thread allocates 16 B once and fills
     it; against the same kernel writing into memory allocated beforehand."""
     blocks, block = grid(threads)
     out = cuda.device_array(threads, np.int64)
     buffer = cuda.device_array(4 * threads, np.uint32)
     # Room for the slabs of a million threads to hold whole warps' chunks.
-    with devalloc.Arena(threads * 512 + (64 << 20)) as arena:
+    with devalloc.Arena(threads * 512 + (64 << 20), strategy=strategy) as arena:
         return interleaved_ms(
             [
                 lambda: K.single_shot[blocks, block](arena, out),

@@ -189,6 +189,17 @@ def enter_block(hdr, state, tally, slot):
 
 
 @device_function
+def enter_views(hdr, slot):
+    """`enter_block` for a kernel that cannot allocate (it only views or offsets
+    arena memory; `launch.may_allocate` tells): no block state, no barrier and
+    no exit, only the grid's first thread folding the other slot, so that the
+    launch resets the arena and counts in its statistics as any other."""
+    first = cuda.threadIdx.x | cuda.threadIdx.y | cuda.threadIdx.z
+    if (first | cuda.blockIdx.x | cuda.blockIdx.y | cuda.blockIdx.z) == 0:
+        fold_other_slot(hdr, slot)
+
+
+@device_function
 def leave_block(hdr, state, tally, slot, seq, kernel, align):
     """Every thread on its way out of the kernel. The lanes leaving together add
     their tallies to the block's counts: the one lane that counted (a group's

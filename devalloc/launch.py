@@ -15,6 +15,12 @@ and generates a wrapper kernel around it::
         leave_block(hdr, state, tally, ...)  # tallies summed; the block's last thread
                                                # flushes its counts and hands back its slab's tail
 
+A kernel whose function can only view arena memory (``arena.view`` and
+``arena.offset`` are all it does with its arena: `may_allocate` reads that off
+its bytecode) gets a lean wrapper instead: no block state, no barrier, no exit;
+only the grid's first thread folds the other slot (`allocator.enter_views`), so
+that it costs what a plain kernel costs and resets the arena as any launch does.
+
 A launch ``k[grid, block, stream](arena, a, b)`` asks the arena for a handle (no
 CUDA call in the steady state), then launches the wrapper like any Numba
 kernel. One wrapper is compiled per (strategy, align) of the arenas it meets.
@@ -22,6 +28,7 @@ The same source runs on the simulator, where `backend` gives it the simulator's
 ``make_arena`` and its ``jit_kernel`` (which registers each thread as a lane).
 """
 
+import dis
 import functools
 import inspect
 import math
@@ -31,7 +38,7 @@ import numpy as np
 from numba import cuda, int64, types
 
 from . import layout as L
-from .allocator import enter_block, leave_block, resolve_slot
+from .allocator import enter_block, enter_views, leave_block, resolve_slot
 from .arena import Arena
 from .backend import SIMULATOR, arena_maker, array_at, device_function, jit_kernel
 from .errors import DevallocError
@@ -55,6 +62,51 @@ def {name}({handle}{params}):
     {user}({arena}{params})
     {leave_block}({hdr}, {state}, {tally}, {slot}, {seq}, {kernel}, {align})
 """
+
+# A kernel that cannot allocate: the arena's views only (see `may_allocate`).
+_VIEWS_WRAPPER = """\
+def {name}({handle}{params}):
+    {state} = {cuda}.shared.array(1, {int64})
+    {tally} = {cuda}.local.array(1, {int64})
+    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel} = {unpack_handle}({handle})
+    {hdr} = {array_at}({header}, {HEADER_WORDS})
+    {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
+    {enter_views}({hdr}, {slot})
+    {arena} = {make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, 0, {state}, {tally})
+    {user}({arena}{params})
+"""
+
+_VIEW_METHODS = frozenset({"view", "offset"})
+
+
+def may_allocate(py_func):
+    """Whether a kernel's function may allocate from its arena: False only if its
+    bytecode does nothing with the arena parameter but call ``.view`` or
+    ``.offset`` on it. Any other use (``alloc``, the arena passed to a device
+    function, stored, rebound, captured by an inner function, another
+    attribute) counts as allocating: the full wrapper is always correct."""
+    code = getattr(py_func, "__code__", None)
+    if code is None or code.co_argcount < 1:
+        return True
+    name = code.co_varnames[0]
+    if name in code.co_cellvars:
+        return True
+    instructions = list(dis.get_instructions(code))
+    for at, instruction in enumerate(instructions):
+        if instruction.opcode not in dis.haslocal:
+            continue
+        value = instruction.argval
+        if value != name and not (isinstance(value, tuple) and name in value):
+            continue
+        if not instruction.opname.startswith("LOAD_FAST") or isinstance(value, tuple):
+            return True  # stored, deleted, or loaded two at a time (3.13): not followed
+        after = instructions[at + 1] if at + 1 < len(instructions) else None
+        if after is None or after.opname not in ("LOAD_ATTR", "LOAD_METHOD"):
+            return True
+        if after.argval not in _VIEW_METHODS:
+            return True
+    return False
+
 
 _LOCALS = (
     "handle", "state", "tally", "header", "slot", "log2_slab", "seq", "replayed", "kernel", "hdr",
@@ -136,6 +188,7 @@ class Kernel:
         functools.update_wrapper(self, py_func)
         device_options = {k: v for k, v in options.items() if k in _DEVICE_OPTIONS}
         self._user = device_function(py_func, **device_options)
+        self.allocates = may_allocate(py_func)  # False: the lean wrapper (`_VIEWS_WRAPPER`)
         self._dispatchers = {}  # (strategy, align) -> cuda.jit dispatcher of the wrapper
         self._launchers = {}
 
@@ -164,6 +217,7 @@ class Kernel:
             "unpack_handle": unpack_handle,
             "array_at": array_at,
             "enter_block": enter_block,
+            "enter_views": enter_views,
             "leave_block": leave_block,
             "resolve_slot": resolve_slot,
             "make_arena": arena_maker(strategy, align),
@@ -171,7 +225,7 @@ class Kernel:
         }
         name = self.__name__ if self.__name__.isidentifier() else "devalloc_kernel"
         names = _reserved_names([*self._params, name], values)
-        source = _WRAPPER.format(
+        source = (_WRAPPER if self.allocates else _VIEWS_WRAPPER).format(
             name=name,
             params="".join(f", {param}" for param in self._params),
             align=int(align),

@@ -112,9 +112,20 @@ def alloc_until_full(arena, size, max_iters, counts):
 
 @devalloc.kernel
 def launch_only(arena, out):
-    """No allocation: measures what a devalloc launch costs over a plain one."""
+    """No allocation: measures what a devalloc launch costs over a plain one (a
+    kernel that never touches its arena gets the lean wrapper: `launch.may_allocate`)."""
     if cuda.grid(1) == 0:
         out[0] += 1
+
+
+@devalloc.kernel
+def launch_may_allocate(arena, out):
+    """`launch_only` with an allocation it never makes: the full wrapper's cost,
+    the block's state, barrier and exit, in a kernel that allocates nothing."""
+    if cuda.grid(1) == 0:
+        out[0] += 1
+    if out.size == 0:
+        arena.alloc(1, np.int8)
 
 
 # -- baselines -------------------------------------------------------------------------
@@ -290,6 +301,7 @@ def _signatures():
         "ids_intact": (i64, ints, ints),
         "alloc_until_full": (i64, i64, ints),
         "launch_only": (ints,),
+        "launch_may_allocate": (ints,),
         "naive_bump": (ints, i64, i64, i64, ints),
         "warp_aggregated": (ints, i64, i64, i64, ints),
         "hand_slab": (ints, i64, i64, i64, i64, ints),

@@ -43,7 +43,7 @@ def toolkit_nvvm():
 
 NVVMS = {"numba's": None, "toolkit's": toolkit_nvvm()}
 # Other files with ptx-marked tests, run by test_ptx_suite with these.
-PTX_ELSEWHERE = [str(ROOT / "tests" / "test_scratch.py")]
+PTX_ELSEWHERE = [str(ROOT / "tests" / name) for name in ("test_scratch.py", "test_views_only.py")]
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="runs directly outside the simulator")
