@@ -1,0 +1,45 @@
+"""Why run.py's mixed-size figure sits below the variants' A/B of the same code:
+the same two measurements (each in an arena of its own, as `run.py` takes
+them), fresh and then after each suite `run.py` runs before them.
+
+    python benchmarks/probe_mixed.py        # on the GPU
+
+On the H200 (2026-12-04) they moved between 35.8 and 46.5 G/s in one call and
+between 41.6 and 50.0 in the next, with no order to either: the spread is
+between arenas and machines, not what ran before.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import run as R
+
+from measure import MIXED, allocation_rate
+
+
+def rates(when):
+    mixed = allocation_rate("warp_slab", 100_000, 64, MIXED, reps=7)["allocs_per_s"]
+    small = allocation_rate("warp_slab", 1 << 20, 64, 16, reps=7)["allocs_per_s"]
+    print(f"{when:28} mixed {mixed / 1e9:6.1f} G/s   16 B {small / 1e9:6.1f} G/s", flush=True)
+
+
+def main():
+    rates("fresh")
+    rates("fresh again")
+    R.suite_launch(False)
+    rates("after the launch suite")
+    R.suite_graph(False)
+    rates("after the graph suite")
+    R.suite_bump_vs_atomic(False)
+    rates("after bump_vs_atomic")
+    allocation_rate("device_malloc", 10_000, 1, 16, reps=3)
+    rates("after device malloc")
+    for allocator in ("bump", "naive_bump", "warp_aggregated", "hand_slab"):
+        allocation_rate(allocator, 100_000, 64, MIXED, reps=7)
+    rates("after the mixed baselines")
+
+
+if __name__ == "__main__":
+    main()
