@@ -178,13 +178,18 @@ def nrt_rate(threads, iters, size):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def allocation_rate(allocator, threads, iters, size, reps=7):
-    """Allocations per second and median milliseconds for one configuration."""
+def allocation_rate(allocator, threads, iters, size, reps=7, queued=False):
+    """Allocations per second and median milliseconds for one configuration.
+    Each launch is timed as it comes: its events also time the host launching
+    it (about 20 us of Python for a 100-500 us kernel), which may be why these
+    figures move between calls (on the H200, 2026-12-04: mixed sizes
+    35.8-50.0 G/s). `queued` times it behind a spin kernel (`device_ms`) instead;
+    `probe_mixed.py --queued` compares the two (not yet run on the GPU)."""
     if allocator == "nrt":
         return nrt_rate(threads, iters, size)
     run = launcher(allocator, threads, iters, size)
     try:
-        ms = device_ms(run, reps=reps)
+        ms = device_ms(run, reps=reps, queued=queued)
     finally:
         run.close()
     return {"median_ms": ms, "allocs_per_s": threads * iters / (ms / 1e3)}

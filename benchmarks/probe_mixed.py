@@ -2,7 +2,9 @@
 the same two measurements (each in an arena of its own, as `run.py` takes
 them), fresh and then after each suite `run.py` runs before them.
 
-    python benchmarks/probe_mixed.py        # on the GPU
+    python benchmarks/probe_mixed.py            # on the GPU
+    python benchmarks/probe_mixed.py --queued   # each timed as it comes and queued
+                                                # (not yet run on the GPU)
 
 On the H200 (2026-12-04) they moved between 35.8 and 46.5 G/s in one call and
 between 41.6 and 50.0 in the next, with no order to either: the spread is
@@ -25,7 +27,24 @@ def rates(when):
     print(f"{when:28} mixed {mixed / 1e9:6.1f} G/s   16 B {small / 1e9:6.1f} G/s", flush=True)
 
 
+def queued_or_not(turns=3):
+    """The same two measurements, each launch timed as it comes (the events
+    also time the host launching it) and queued behind a spin kernel."""
+    for turn in range(turns):
+        for queued in (False, True):
+            mixed = allocation_rate("warp_slab", 100_000, 64, MIXED, queued=queued)
+            small = allocation_rate("warp_slab", 1 << 20, 64, 16, queued=queued)
+            print(
+                f"turn {turn} {'queued' if queued else 'as it comes':12} mixed "
+                f"{mixed['allocs_per_s'] / 1e9:6.1f} G/s ({mixed['median_ms'] * 1e3:6.1f} us)   "
+                f"16 B {small['allocs_per_s'] / 1e9:6.1f} G/s ({small['median_ms'] * 1e3:6.1f} us)",
+                flush=True,
+            )
+
+
 def main():
+    if "--queued" in sys.argv:
+        return queued_or_not()
     rates("fresh")
     rates("fresh again")
     R.suite_launch(False)
