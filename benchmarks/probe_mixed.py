@@ -21,10 +21,13 @@ import run as R
 from measure import MIXED, allocation_rate
 
 
-def rates(when):
-    mixed = allocation_rate("warp_slab", 100_000, 64, MIXED, reps=7)["allocs_per_s"]
-    small = allocation_rate("warp_slab", 1 << 20, 64, 16, reps=7)["allocs_per_s"]
-    print(f"{when:28} mixed {mixed / 1e9:6.1f} G/s   16 B {small / 1e9:6.1f} G/s", flush=True)
+def rates(when, queued=False):
+    """`run.py`'s mixed-size and 16 B measurements, in arenas of their own."""
+    figures = []
+    for threads, size in ((100_000, MIXED), (1 << 20, 16)):
+        rate = allocation_rate("warp_slab", threads, 64, size, queued=queued)
+        figures.append(f"{rate['allocs_per_s'] / 1e9:6.1f} G/s ({rate['median_ms'] * 1e3:6.1f} us)")
+    print(f"{when:28} mixed {figures[0]}   16 B {figures[1]}", flush=True)
 
 
 def queued_or_not(turns=3):
@@ -32,14 +35,7 @@ def queued_or_not(turns=3):
     also time the host launching it) and queued behind a spin kernel."""
     for turn in range(turns):
         for queued in (False, True):
-            mixed = allocation_rate("warp_slab", 100_000, 64, MIXED, queued=queued)
-            small = allocation_rate("warp_slab", 1 << 20, 64, 16, queued=queued)
-            print(
-                f"turn {turn} {'queued' if queued else 'as it comes':12} mixed "
-                f"{mixed['allocs_per_s'] / 1e9:6.1f} G/s ({mixed['median_ms'] * 1e3:6.1f} us)   "
-                f"16 B {small['allocs_per_s'] / 1e9:6.1f} G/s ({small['median_ms'] * 1e3:6.1f} us)",
-                flush=True,
-            )
+            rates(f"turn {turn} {'queued' if queued else 'as it comes'}", queued)
 
 
 def main():
