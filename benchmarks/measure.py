@@ -178,13 +178,16 @@ def nrt_rate(threads, iters, size):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def allocation_rate(allocator, threads, iters, size, reps=7, queued=False):
-    """Allocations per second and median milliseconds for one configuration.
-    Each launch is timed as it comes: its events also time the host launching
-    it (about 20 us of Python for a 100-500 us kernel), which may be why these
-    figures move between calls (on the H200, 2026-12-04: mixed sizes
-    35.8-50.0 G/s). `queued` times it behind a spin kernel (`device_ms`) instead;
-    `probe_mixed.py --queued` compares the two (not yet run on the GPU)."""
+def allocation_rate(allocator, threads, iters, size, reps=7, queued=True):
+    """Allocations per second and median milliseconds for one configuration,
+    each launch queued behind a spin kernel (`device_ms`), so that its events
+    time the GPU alone. Timed as it comes instead (`queued=False`), they also
+    time the host launching it, about 20-30 us of Python beside a 100-500 us
+    kernel, and the figure moves between calls: on the H200 (2026-12-04,
+    `probe_mixed.py --queued`, two calls of three turns each) mixed sizes gave
+    43.0-49.5 G/s as they came and 64.2-64.4 queued, 16 B 145.5-155.1 and
+    166.5-166.7. (Figures before that day's fourteenth run were timed as they
+    came.)"""
     if allocator == "nrt":
         return nrt_rate(threads, iters, size)
     run = launcher(allocator, threads, iters, size)

@@ -4,11 +4,14 @@ them), fresh and then after each suite `run.py` runs before them.
 
     python benchmarks/probe_mixed.py            # on the GPU
     python benchmarks/probe_mixed.py --queued   # each timed as it comes and queued
-                                                # (not yet run on the GPU)
 
-On the H200 (2026-12-04) they moved between 35.8 and 46.5 G/s in one call and
-between 41.6 and 50.0 in the next, with no order to either: the spread is
-between arenas and machines, not what ran before.
+On the H200 (2026-12-04), timed as they came, they moved between 35.8 and 46.5
+G/s in one call and between 41.6 and 50.0 in the next, with no order to either.
+`--queued` found why: timed as it comes, a launch's events also time the host
+launching it. In two calls of three turns, mixed sizes gave 43.0-49.5 G/s as
+they came and 64.2-64.4 queued behind a spin kernel (16 B: 145.5-155.1 and
+166.5-166.7), so `measure.allocation_rate` now queues by default
+(`results/h200-2026-12-04-run14-probe-queued.txt`).
 """
 
 import sys
@@ -21,7 +24,7 @@ import run as R
 from measure import MIXED, allocation_rate
 
 
-def rates(when, queued=False):
+def rates(when, queued=True):
     """`run.py`'s mixed-size and 16 B measurements, in arenas of their own."""
     figures = []
     for threads, size in ((100_000, MIXED), (1 << 20, 16)):
