@@ -159,16 +159,18 @@ def begin_replay(hdr):
 
 
 @device_function
-def enter_block(hdr, state, tally, slot):
+def enter_block(hdr, state, tally, slot, spread):
     """Every thread at the start of the kernel: zero its tally; each warp's lane 0
-    zeroes the warp's two words, the block's first thread the block's (and, in the
-    grid's first block, folds the other slot); then they meet at a barrier.
-    Returns the thread's warp within the block. (Straight-line stores: a loop
-    over the block's words, strided by its size, cost a 64-bit division.)"""
+    zeroes the warp's two words, the block's first thread the block's (with its
+    cursor shard's grant word if `spread`, a ``bump`` launch's SPREAD bit, 0 in
+    ``warp_slab``; and, in the grid's first block, folds the other slot); then
+    they meet at a barrier. Returns the thread's warp within the block.
+    (Straight-line stores: a loop over the block's words, strided by its size,
+    cost a 64-bit division.)"""
     tally[L.TALLY_ALLOCS] = 0
     tally[L.TALLY_GRANULES] = 0
-    tid = cuda.threadIdx.x + cuda.blockDim.x * (
-        cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z
+    tid = int32(  # (in 32 bits: a block has at most 1024 threads)
+        cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
     )
     warp = (tid >> 5) & (L.MAX_WARPS - 1)  # (masked: the compiler sees it is no negative index)
     if cuda.laneid == 0:
@@ -182,6 +184,9 @@ def enter_block(hdr, state, tally, slot):
         state[L.BLOCK_TAKEN] = 0
         state[L.BLOCK_ALLOCS] = 0
         state[L.BLOCK_GRANULES] = 0
+        state[L.BLOCK_SHARD] = 0
+        if spread != 0:
+            state[L.BLOCK_SHARD] = cursor_shard(slot, block_index() & (L.CURSOR_SHARDS - 1))
         if (cuda.blockIdx.x | cuda.blockIdx.y | cuda.blockIdx.z) == 0:
             fold_other_slot(hdr, slot)
     cuda.syncthreads()
@@ -431,23 +436,22 @@ def take_from_arena(hdr, slot, capacity, want, least):
 
 
 @device_function
-def take_spread(hdr, slot, capacity, want, least, shards):
+def take_spread(hdr, state, slot, capacity, want, least, shards):
     """`take_from_arena` (`want` a multiple of 16 bytes), but with `shards` (a
-    constant: ``bump``'s) through the block's cursor shard in a launch of at
-    least SHARDED_WARPS warps when `want` is small next to the arena."""
+    constant: ``bump``'s) through the block's cursor shard (`layout.BLOCK_SHARD`)
+    in a launch of at least SHARDED_WARPS warps when `want` is small next to the
+    arena."""
     if not shards:
         return take_from_arena(hdr, slot, capacity, want, least)
     granules = want >> 4
     large = granules * (L.GRANT_SERVES * L.GRANT_SHARE * L.CURSOR_SHARDS) > capacity >> 4
+    word = state[L.BLOCK_SHARD]
     if large | (granules > L.GRANT_TAKE_MOST) | (capacity >= L.GRANT_CAPACITY_LIMIT):
         return take_from_arena(hdr, slot, capacity, want, least)
-    block_warps = (cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + WARP_SIZE - 1) >> 5
-    blocks = int64(cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z)
-    if blocks * block_warps < L.SHARDED_WARPS:
+    if word == 0:
         return take_from_arena(hdr, slot, capacity, want, least)
-    shard_warps = ((blocks + L.CURSOR_SHARDS - 1) // L.CURSOR_SHARDS) * block_warps
     least = (least + L.GRANULE - 1) >> 4
-    return take_from_shard(hdr, slot, capacity, granules, least, shard_warps)
+    return take_from_shard(hdr, slot, capacity, granules, least, word)
 
 
 @device_function
@@ -459,12 +463,11 @@ def grant_parts(word):
 
 
 @device_function
-def take_from_shard(hdr, slot, capacity, granules, least, shard_warps):
-    """`granules` from the block's shard: one atomic add to its grant word, or,
+def take_from_shard(hdr, slot, capacity, granules, least, word):
+    """`granules` from the block's shard (grant `word`): one atomic add to it, or,
     for the request that runs past the grant's end, the next grant (`take_grant`);
     the requests that run past it meanwhile wait for that and try again. Returns
     ``(start, bytes)`` as `take_from_arena` does."""
-    word = cursor_shard(slot, block_index() & (L.CURSOR_SHARDS - 1))
     while True:
         old = cuda.atomic.add(hdr, word, granules)
         used, size, spent = grant_parts(old)
@@ -474,21 +477,24 @@ def take_from_shard(hdr, slot, capacity, granules, least, shard_warps):
         if used + granules <= size:
             return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
         if used <= size:  # the first past the end: it takes the next grant
-            return take_grant(hdr, slot, capacity, word, granules, least, size, shard_warps)
+            return take_grant(hdr, slot, capacity, word, granules, least, size)
         grant = old >> L.GRANT_CODE_SHIFT  # (a new grant has another start)
         while load_volatile(hdr, word) >> L.GRANT_CODE_SHIFT == grant:
             nap()
 
 
 @device_function
-def take_grant(hdr, slot, capacity, word, granules, least, size, shard_warps):
+def take_grant(hdr, slot, capacity, word, granules, least, size):
     """Run by the request that ran past the end of its shard's grant of `size`
     granules: the shard's next grant from the cursor, with this request taken
     from its front, published in one exchange. If the arena has no room for a
     whole grant, the shard is spent and this request goes to the cursor."""
     grant = 2 * size
     if size == 0:  # room for the warps of the shard's blocks, each asking alike
-        grant = granules * shard_warps
+        block_warps = (cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + WARP_SIZE - 1) >> 5
+        blocks = int64(cuda.gridDim.x) * cuda.gridDim.y * cuda.gridDim.z
+        shard_warps = ((blocks + L.CURSOR_SHARDS - 1) >> L.CURSOR_SHARDS_LOG2) * block_warps
+        grant = granules * min(shard_warps, 1 << 40)
     left = (capacity - load_volatile(hdr, slot * L.SLOT_WORDS + L.CURSOR)) >> 4
     most = left // (L.GRANT_SHARE * L.CURSOR_SHARDS)
     grant = min(grant, most, int64(1) << L.GRANT_MOST_LOG2)
@@ -634,11 +640,11 @@ def lock(state, word, seen):
 
 
 @device_function
-def slab_from_arena(hdr, slot, capacity, granules, least, spread):
+def slab_from_arena(hdr, state, slot, capacity, granules, least, spread):
     """A slab word for `granules` from the cursor (fewer, but at least `least`, at
     the end of the arena), or, with `spread`, through the block's cursor shard
     (`take_spread`); 0 for none."""
-    start, got = take_spread(hdr, slot, capacity, granules << 4, least << 4, spread)
+    start, got = take_spread(hdr, state, slot, capacity, granules << 4, least << 4, spread)
     if start < 0:
         return 0
     return (start >> 4) << L.REM_BITS | (got >> 4)
@@ -673,7 +679,7 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
             if taken == 0:  # the block's warps are likely to ask alike: room for each
                 want = need * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
             want = min(block_granules, (want + unit - 1) & -unit)
-            slab = slab_from_arena(hdr, slot, capacity, want, least, False)
+            slab = slab_from_arena(hdr, state, slot, capacity, want, least, False)
             if slab != 0:  # under the lock: no other group writes it
                 cuda.atomic.exch(state, L.BLOCK_TAKEN, taken + (slab & L.REM_MASK))
             # The old slab's rest, too small for this request, is a bounded tail.
@@ -702,10 +708,10 @@ def warp_refill(hdr, state, warp, slot, capacity, need, step, align, warp_g, blo
     arena made storing kernels 1.23x slower)."""
     unit = align >> 4
     if direct:
-        return slab_from_arena(hdr, slot, capacity, (need + unit - 1) & -unit, need, True)
+        return slab_from_arena(hdr, state, slot, capacity, (need + unit - 1) & -unit, need, True)
     taken = load_volatile_shared(state, L.WARP_TAKEN + warp)
     if (taken == 0) & (need >= unit):
-        slab = slab_from_arena(hdr, slot, capacity, (need + unit - 1) & -unit, need, False)
+        slab = slab_from_arena(hdr, state, slot, capacity, (need + unit - 1) & -unit, need, False)
     else:
         want = min(warp_g, max(need, taken))
         slab = from_block(hdr, state, slot, capacity, want, step, need, block_g, unit)
@@ -883,7 +889,7 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     if load_volatile_shared(state, L.WARP_TAKEN + warp) != 0:
         return NOT_SERVED
     span = (nbytes + align - 1) & -align
-    start, _ = take_spread(hdr, slot, capacity, span, nbytes, direct)
+    start, _ = take_spread(hdr, state, slot, capacity, span, nbytes, direct)
     if start < 0:
         return NOT_SERVED
     store_volatile_shared(state, L.WARP_TAKEN + warp, span >> 4)
@@ -935,7 +941,6 @@ def alloc_for(mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, n
     lane = cuda.laneid
     leader = cuda.ffs(mask) - 1
     possible = (nbytes > 0) & (nbytes <= capacity)
-    exact = (nbytes + L.GRANULE - 1) >> 4  # granules, unrounded
     # This lane's part of the group's chunk: aligned requests in the high half,
     # small ones in the low half, so one scan places both. (Packed in 32 bits
     # instead, for one shuffle a step, mixed sizes ran no faster on the H200 and
@@ -957,6 +962,14 @@ def alloc_for(mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, n
         served = ballot_sync(mask, share > 0)
     aligned_total = total >> 32
     chunk = aligned_total + (total & LOW32)
+    # Where this lane's request lies in the chunk, in granules (-1: not in it),
+    # worked out before the chunk is taken: the take is the path's register
+    # peak, and only this, not the scan's halves, lives across it.
+    at = -1
+    if share > 0:
+        at = aligned_total + (below & LOW32)
+        if share > LOW32:
+            at = below >> 32
     start = -1
     owned = mask == FULL_MASK  # (a constant in the full warp's copy)
     if (lane == leader) & (chunk > 0):
@@ -980,29 +993,29 @@ def alloc_for(mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, n
             count_into(tally, cuda.popc(served), chunk)
     start = shfl_sync(mask, start, leader)
     offset = -1
-    if share > 0 and start >= 0:
-        at = aligned_total + (below & LOW32)
-        if share > LOW32:
-            at = below >> 32
+    if (at >= 0) & (start >= 0):
         offset = (start + at) << 4
     if (start < 0) | (served != mask):  # the same for the whole group
         offset = serve_the_rest(
             hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct,
-            mask, offset, possible, exact, rounded != exact, cuda.popc(served) > 1,
+            mask, offset, cuda.popc(served) > 1,
         )  # fmt: skip
     return offset
 
 
 @device_function
 def serve_the_rest(
-    hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct,
-    mask, offset, possible, exact, was_rounded, several,
+    hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct, mask, offset, several
 ):  # fmt: skip
     """The lanes of a group that its chunk did not serve (it was refused, or they
     were not in it) try alone, in turn (on the GPU the turns overlap: nothing
     here waits for the one before), for their bytes unrounded: a request too
     large for what is left fails alone. Counts the allocations made here and
-    the group's failures."""
+    the group's failures. (What it needs of the request is worked out again
+    from `nbytes`: kept from `alloc_for`, it would live across the chunk's take.)"""
+    possible = (nbytes > 0) & (nbytes <= capacity)
+    exact = (nbytes + L.GRANULE - 1) >> 4  # granules, unrounded
+    was_rounded = (nbytes > L.LANE_CHUNK_MAX) | (lane_granules(nbytes, align) != exact)
     lane = cuda.laneid
     retry = ballot_sync(mask, possible & (offset < 0) & (several | was_rounded))
     while retry != 0:

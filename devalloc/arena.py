@@ -519,7 +519,7 @@ class Arena:
         if len(handles) > 256:
             handles.clear()
         log2_slab = L.log2_slab_for(self._capacity, warps, self._align)
-        handles[warps] = L.pack_handle(self._header_address, slot, log2_slab, 0)
+        handles[warps] = L.pack_handle(self._header_address, slot, log2_slab, 0, warps=warps)
         return handles[warps]
 
     def _move_to(self, stream):

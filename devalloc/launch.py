@@ -6,12 +6,14 @@ and generates a wrapper kernel around it::
     def k(handle, a, b):                       # handle: one int64 argument
         state = cuda.shared.array(...)         # the block's slab words and counters
         tally = cuda.local.array(2, int64)     # this thread's counts (registers)
-        header, slot, log2_slab, seq, replayed, kernel = unpack_handle(handle)  # layout's
+        header, slot, log2_slab, seq, replayed, kernel, spread = unpack_handle(handle)
         hdr = array_at(header, ...)
         slot = resolve_slot(hdr, slot, replayed)  # a replayed launch's slot is on the device
-        warp = enter_block(hdr, state, tally, slot)  # zero the block state and the tally;
+        limit = hdr[LIMIT]                     # loaded before the barrier, so that its
+                                               # latency is not on the first allocation's path
+        warp = enter_block(hdr, state, tally, slot, spread)  # zero the block state and tally;
                                                # thread 0 folds the other slot
-        user(make_arena(header, ..., warp, state, tally), a, b)  # the user's code, given an Arena
+        user(make_arena(header, limit, slot, ...), a, b)  # the user's code, given an Arena
         leave_block(hdr, state, tally, ...)  # tallies summed; the block's last thread
                                                # flushes its counts and hands back its slab's tail
 
@@ -54,11 +56,14 @@ _WRAPPER = """\
 def {name}({handle}{params}):
     {state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
     {tally} = {cuda}.local.array({TALLY_WORDS}, {int64})
-    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel} = {unpack_handle}({handle})
+    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel}, {spread} = {unpack_handle}(
+        {handle}
+    )
     {hdr} = {array_at}({header}, {HEADER_WORDS})
     {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
-    {warp} = {enter_block}({hdr}, {state}, {tally}, {slot})
-    {arena} = {make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, {warp}, {state}, {tally})
+    {limit} = {hdr}[{LIMIT}]
+    {warp} = {enter_block}({hdr}, {state}, {tally}, {slot}, {spread_if_sharded})
+    {arena} = {make_arena}({header}, {limit}, {slot}, {log2_slab}, {warp}, {state}, {tally})
     {user}({arena}{params})
     {leave_block}({hdr}, {state}, {tally}, {slot}, {seq}, {kernel}, {align})
 """
@@ -68,7 +73,9 @@ _VIEWS_WRAPPER = """\
 def {name}({handle}{params}):
     {state} = {cuda}.shared.array(1, {int64})
     {tally} = {cuda}.local.array(1, {int64})
-    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel} = {unpack_handle}({handle})
+    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel}, {spread} = {unpack_handle}(
+        {handle}
+    )
     {hdr} = {array_at}({header}, {HEADER_WORDS})
     {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
     {enter_views}({hdr}, {slot})
@@ -109,8 +116,8 @@ def may_allocate(py_func):
 
 
 _LOCALS = (
-    "handle", "state", "tally", "header", "slot", "log2_slab", "seq", "replayed", "kernel", "hdr",
-    "warp", "arena",
+    "handle", "limit", "state", "tally", "header", "slot", "log2_slab", "seq", "replayed", "kernel",
+    "spread", "hdr", "warp", "arena",
 )  # fmt: skip
 _CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "LIMIT", "TALLY_WORDS")
 
@@ -229,6 +236,8 @@ class Kernel:
             name=name,
             params="".join(f", {param}" for param in self._params),
             align=int(align),
+            # (only ``bump`` takes through cursor shards; `warp_slab` passes 0)
+            spread_if_sharded=names["spread"] if L.STRATEGIES[strategy].direct else "0",
             **names,
             **{constant: getattr(L, constant) for constant in _CONSTANTS},
         )

@@ -74,7 +74,9 @@ LIMIT = 19  # where in-kernel allocations stop: CAPACITY, less the frame arrays'
 # What a block adds at its exit goes to one of COUNT_SHARDS count lines per slot
 # (by block index), each a 128-byte line of its own: on the cursor's line, every
 # block's two reductions queued behind its atomics (about 2 ns each on the H200).
-COUNT_SHARDS = 8
+# Four, not eight: the launch's fold reads every line's words at once, and with
+# eight they held 2-6 more registers in every kernel (ptxas, sm_90, 2026-12-04).
+COUNT_SHARDS = 4
 SHARD_WORDS = 16  # one 128-byte line
 SHARDS_AT = 32  # word of the first line (slot 0's shards, then slot 1's)
 SHARD_ALLOCS = 0  # words of a shard: added to the slot's ALLOCS and REQUESTED
@@ -92,6 +94,7 @@ KERNEL_IDS = 32  # the last one counts every kernel past the first KERNEL_IDS - 
 # for no allocation at all; 10 K threads took 2.6-2.7 us either way, where a
 # shard's first refill would add a round trip.
 CURSOR_SHARDS = 32
+CURSOR_SHARDS_LOG2 = 5
 CURSORS_AT = KERNEL_ALLOCS + KERNEL_IDS  # word of the first line (slot 0's, then slot 1's)
 SHARDED_WARPS = 1024
 # A grant word: (first granule) << GRANT_START_SHIFT | code << GRANT_CODE_SHIFT |
@@ -171,7 +174,13 @@ BLOCK_TAKEN = BLOCK_LIVE + 4  # granules this block has taken from the arena in 
 BLOCK_ALLOCS = BLOCK_LIVE + 5  # successful allocations
 BLOCK_GRANULES = BLOCK_LIVE + 6  # granules they asked for (rounded as `lane_granules` does)
 COUNT_SPLIT = 16
-BLOCK_WORDS = BLOCK_LIVE + 7
+# The grant word of the block's cursor shard, set by its first thread at the
+# start of a ``bump`` launch of at least SHARDED_WARPS warps (the handle's SPREAD
+# bit, worked out by the host), 0 otherwise and in ``warp_slab``: a shared load
+# where each warp's take once worked out the launch's shape (about 40 of its
+# lane 0's instructions, 64-bit arithmetic).
+BLOCK_SHARD = BLOCK_LIVE + 7
+BLOCK_WORDS = BLOCK_LIVE + 8
 MAX_BLOCK_THREADS = MAX_WARPS * 32
 
 # -- per-thread tally (int64, a local array the compiler keeps in registers) --------
@@ -192,7 +201,9 @@ REM_MASK = (1 << REM_BITS) - 1
 #                header's LIVE_SLOT, chosen by the replay's first node
 #   bits 7..11   kernel id: where its allocations are counted (KERNEL_ALLOCS + id)
 #   bits 12..47  header address (4 KiB aligned, as the data region after it is: below 2**48)
-#   bits 48..62  launch sequence number mod 2**15
+#   bits 48..61  launch sequence number mod 2**14
+#   bit  62      spread: the launch has at least SHARDED_WARPS warps, so a ``bump``
+#                arena's blocks take through their cursor shards
 SLOT_MASK = 0x1
 SLAB_SHIFT = 1
 SLAB_MASK = 0x1F
@@ -201,25 +212,28 @@ KERNEL_SHIFT = 7
 KERNEL_MASK = KERNEL_IDS - 1
 ADDRESS_MASK = ((1 << 48) - 1) & ~0xFFF
 SEQ_SHIFT = 48
-SEQ_BITS = 15
+SEQ_BITS = 14
 SEQ_MASK = (1 << SEQ_BITS) - 1
+SPREAD = 1 << 62
 
 
-def pack_handle(header_address, slot, log2_slab, seq, kernel=0):
+def pack_handle(header_address, slot, log2_slab, seq, kernel=0, warps=0):
     """The launch handle, made here only. `slot` is 0 or 1, or REPLAYED for a
-    launch recorded into a graph."""
+    launch recorded into a graph; `warps`, the launch's."""
     return (
         header_address
         | slot
         | (log2_slab << SLAB_SHIFT)
         | (kernel << KERNEL_SHIFT)
         | ((seq & SEQ_MASK) << SEQ_SHIFT)
+        | (SPREAD * (warps >= SHARDED_WARPS))
     )
 
 
 def unpack_handle(handle):
     """The launch handle's fields, read here only (by the wrapper kernel):
-    ``(header address, slot, log2 slab, sequence number, replayed, kernel id)``."""
+    ``(header address, slot, log2 slab, sequence number, replayed, kernel id,
+    spread)``."""
     return (
         handle & ADDRESS_MASK,
         handle & SLOT_MASK,
@@ -227,6 +241,7 @@ def unpack_handle(handle):
         (handle >> SEQ_SHIFT) & SEQ_MASK,
         handle & REPLAYED,
         (handle >> KERNEL_SHIFT) & KERNEL_MASK,
+        handle & SPREAD,
     )
 
 

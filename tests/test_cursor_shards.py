@@ -111,6 +111,46 @@ def test_every_launch_starts_with_empty_shards_and_a_frame_keeps_them():
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans
 
 
+@pytest.mark.parametrize("strategy", ["bump", "warp_slab"])
+def test_the_host_decides_which_launches_take_through_shards(monkeypatch, strategy):
+    """The handle's SPREAD bit, set by the host for a launch of SHARDED_WARPS
+    warps or more, is what sends a ``bump`` launch's blocks to their shards: a
+    launch of one warp fewer moves the cursor itself, and ``warp_slab`` never
+    takes through a shard."""
+    monkeypatch.setattr(L, "SHARDED_WARPS", 4)
+    with devalloc.Arena(4 << 20, strategy=strategy) as arena:
+        for warps, sharded in ((4, strategy == "bump"), (3, False)):  # blocks of one warp
+            requests = np.full((warps * 32, 1), 64, np.int64)
+            _, lengths = run_requests(arena, requests, threads=32)
+            grants = [g for g in map(granted, grant_words(arena, latest_slot(arena))) if g]
+            assert (len(grants) > 0) == sharded, (warps, grants)
+            assert (lengths == 64).all()
+
+
+def test_the_spread_bit_is_packed_apart_from_the_launchs_other_fields(monkeypatch):
+    """The launch handle (`layout.pack_handle`) round-trips every field at its
+    largest, and the SPREAD bit marks exactly the launches of SHARDED_WARPS
+    warps or more, whatever the sequence number."""
+    monkeypatch.setattr(L, "SHARDED_WARPS", 1024)  # the GPU's threshold
+    address = L.ADDRESS_MASK  # the highest 4 KiB-aligned address below 2**48
+    for warps in (1, L.SHARDED_WARPS - 1, L.SHARDED_WARPS, 1 << 26):
+        for slot in (0, 1):
+            handle = L.pack_handle(address, slot, L.SLAB_MASK, L.SEQ_MASK, L.KERNEL_MASK, warps)
+            assert handle > 0  # the sign bit stays clear
+            header, got_slot, log2_slab, seq, replayed, kernel, spread = L.unpack_handle(handle)
+            assert (header, got_slot, log2_slab, seq, kernel) == (
+                address,
+                slot,
+                L.SLAB_MASK,
+                L.SEQ_MASK,
+                L.KERNEL_MASK,
+            )
+            assert (spread != 0) == (warps >= L.SHARDED_WARPS)
+            assert replayed == 0
+        handle = L.pack_handle(address, 0, 0, L.SEQ_MASK + 1, 0, 1023)  # the arena wraps seq
+        assert L.unpack_handle(handle)[3] == 0 and L.unpack_handle(handle)[6] == 0
+
+
 def test_a_spent_shard_serves_the_end_of_the_arena_exactly(monkeypatch):
     """Lanes alone in blocks of one thread allocate 512 B until the arena refuses:
     a shard that cannot get a whole grant is spent and its requests go to the

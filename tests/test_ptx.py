@@ -256,10 +256,12 @@ def _sharded_kernel():
     from devalloc import layout as L
     from devalloc.allocator import take_spread
 
-    capacity = L.CAPACITY
+    capacity, words, shard = L.CAPACITY, L.BLOCK_WORDS, L.BLOCK_SHARD
 
     def sharded(hdr, want, out):
-        out[0], out[1] = take_spread(hdr, 0, hdr[capacity], want, want, True)
+        state = cuda.shared.array(words, types.int64)
+        state[shard] = hdr[shard]  # (the block's shard, or 0: unknown to the compiler)
+        out[0], out[1] = take_spread(hdr, state, 0, hdr[capacity], want, want, True)
 
     return sharded
 
