@@ -54,11 +54,11 @@ shuffle and a ballot; its lane 0 takes the warp's 32 chunks with a plain
 shared load and store of the warp's slab word and counts them in its tally,
 a per-thread local array that the compiler keeps in registers (summed over
 the warp once, at its exit); one shuffle hands out the start. A lane alone
-making its warp's first request, of at least `align` (the thread that
-allocates for its block), takes whole units from the cursor with one global
-atomic (`take_alone`). Anything else (mixed or aligned sizes, diverged lanes,
-a spent arena) takes the general path, which is compiled once for the full
-mask and once for any other.
+making its warp's first request (the thread that allocates for its block)
+takes whole units from the cursor with one global atomic (`take_alone`).
+Anything else (mixed or aligned sizes, diverged lanes, a spent arena) takes
+the general path, which is compiled once for the full mask and once for any
+other.
 
 The cursor is never left past the end of the arena. The first request that
 runs past it puts it back (to where it was, or to the end if it took the rest),
@@ -874,26 +874,45 @@ def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbyte
 @device_function
 def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     """The fast path of a lane alone (the one thread that allocates for its
-    block, say) making its warp's first request, of at least `align` bytes:
-    whole `align` units straight from the arena's cursor, as the general path
+    block, say) making its warp's first request: whole `align` units straight
+    from the arena's cursor (or the block's cursor shard), as the general path
     would take them for the warp's first slab, but with one global atomic and
-    none of its shared ones (the slab's lock, its refill and publication). The
-    unit's unused end is not kept for the warp's later requests. Returns the
-    byte offset, or NOT_SERVED for a request of any other kind, or one the arena
-    cannot give (the general path then tries again, and counts the failure).
-    (Diverged groups of the warp may be allocating meanwhile: they never see
-    this memory, and the warp's taken count is a refill size's hint, which a
-    lost update only makes smaller.)"""
-    if (nbytes < align) | (nbytes > capacity):
+    none of the shared ones of its locks, refills and publications. The rest
+    of a unit below `align` bytes asked becomes a slab with one shared CAS, if
+    none is there yet: the block's (``warp_slab``, which its warps refill
+    from) or the warp's own tail (``bump``); the rest of a request of at least
+    `align` is not kept. In ``warp_slab`` a small request is left to the
+    general path once its block has a slab, so lone lanes of several warps
+    share one unit as before. Returns the byte offset, or NOT_SERVED for a
+    request of any other kind, or one the arena cannot give (the general path
+    then tries again, and counts the failure). (Diverged groups of the warp,
+    or other warps, may be allocating meanwhile: the CAS keeps a slab one of
+    them made, dropping this rest, a tail under `align`; the warp's taken
+    count is a refill size's hint, which a lost update only makes smaller.)
+    On the H200 (2026-12-04) the frame pipeline's tile lists, many below
+    `align`, took this path instead of the general one's block refill: its
+    captured 1080p frame 0.231 -> 0.223 ms (same call, two turns each;
+    static-graph 0.209-0.216)."""
+    if (nbytes <= 0) | (nbytes > capacity):
         return NOT_SERVED
     if load_volatile_shared(state, L.WARP_TAKEN + warp) != 0:
         return NOT_SERVED
+    if (not direct) & (nbytes < align):  # a block slab is there: carve it instead
+        if load_volatile_shared(state, L.BLOCK_SLAB) != 0:
+            return NOT_SERVED
     span = (nbytes + align - 1) & -align
-    start, _ = take_spread(hdr, state, slot, capacity, span, nbytes, direct)
+    start, got = take_spread(hdr, state, slot, capacity, span, nbytes, direct)
     if start < 0:
         return NOT_SERVED
-    store_volatile_shared(state, L.WARP_TAKEN + warp, span >> 4)
-    count_into(tally, 1, span >> 4)
+    granules = lane_granules(nbytes, align)
+    store_volatile_shared(state, L.WARP_TAKEN + warp, granules)  # (the rest is a slab's)
+    if (nbytes < align) & ((got >> 4) > granules):  # (at the arena's end, `got` may be less)
+        rest = ((start >> 4) + granules) << L.REM_BITS | ((got >> 4) - granules)
+        if direct:
+            cuda.atomic.cas(state, L.WARP_SLAB + warp, 0, rest)
+        else:
+            cuda.atomic.cas(state, L.BLOCK_SLAB, 0, rest)
+    count_into(tally, 1, granules)
     return start
 
 

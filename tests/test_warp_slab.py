@@ -228,6 +228,42 @@ def test_lanes_alone_allocate_for_their_warps(strategy):
     assert stats.peak_requested_bytes == rounded.sum()
 
 
+@devalloc.kernel
+def lone_lanes_in_turn(arena, sizes, offsets):
+    """Lane 0 of each warp in turn (a barrier between turns) makes its warp's
+    requests `sizes`, alone."""
+    t = cuda.threadIdx.x
+    for turn in range(cuda.blockDim.x // 32):
+        if t == 32 * turn:
+            for i in range(sizes.shape[0]):
+                offsets[turn, i] = arena.offset(arena.alloc(sizes[i], np.uint8))
+        cuda.syncthreads()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_lone_small_request_leaves_the_rest_of_its_unit_to_the_next(strategy):
+    """A lane alone asking less than `align` as its warp's first request takes a
+    whole unit in one step (`allocator.take_alone`); the rest is not lost: the
+    warp's next request (and, in ``warp_slab``, the block's other warps') is
+    carved from it, so the block holds one unit, as through the slabs."""
+    sizes = np.array([40, 16], np.int64)
+    warps = 3
+    offsets = poisoned((warps, 2), np.int64)
+    with devalloc.Arena(1 << 20, strategy=strategy) as arena:
+        lone_lanes_in_turn[1, 32 * warps](arena, sizes, offsets)
+        stats = arena.stats()
+    assert stats.total_allocs == 2 * warps and stats.failed_allocs == 0
+    assert len(set(offsets.ravel().tolist())) == 2 * warps
+    start = offsets[0, 0]
+    assert offsets[0, 1] == start + 48  # the warp's next request: the rest of its unit
+    if strategy == "warp_slab":  # the other warps' requests: the block's slab, that rest
+        assert (offsets >= start).all() and (offsets + 16 <= start + 256).all(), offsets
+        assert stats.peak_bytes == 256
+    else:  # each warp a unit of its own, its next request from its tail
+        assert (offsets[:, 1] == offsets[:, 0] + 48).all(), offsets
+        assert stats.peak_bytes == warps * 256
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_lane_alone_that_finds_no_room_takes_nothing(strategy):
     """A lone lane's first request, larger than what the frame's earlier launch
