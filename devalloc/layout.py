@@ -94,7 +94,7 @@ KERNEL_IDS = 32  # the last one counts every kernel past the first KERNEL_IDS - 
 # for no allocation at all; 10 K threads took 2.6-2.7 us either way, where a
 # shard's first refill would add a round trip.
 CURSOR_SHARDS = 32
-CURSOR_SHARDS_LOG2 = 5
+CURSOR_SHARDS_LOG2 = CURSOR_SHARDS.bit_length() - 1
 CURSORS_AT = KERNEL_ALLOCS + KERNEL_IDS  # word of the first line (slot 0's, then slot 1's)
 SHARDED_WARPS = 1024
 # A grant word: (first granule) << GRANT_START_SHIFT | code << GRANT_CODE_SHIFT |
