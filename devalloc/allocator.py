@@ -269,6 +269,12 @@ def block_index():
 
 
 @device_function
+def block_warps():
+    """The warps of a block (its last may be partial)."""
+    return (cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + WARP_SIZE - 1) >> 5
+
+
+@device_function
 def add_split(words, word, value):
     """Add a count (>= 0) to a split block word (see `layout.BLOCK_ALLOCS`): two
     native int32 shared atomics whose results nothing waits for, the second
@@ -491,9 +497,8 @@ def take_grant(hdr, slot, capacity, word, granules, least, size):
     whole grant, the shard is spent and this request goes to the cursor."""
     grant = 2 * size
     if size == 0:  # room for the warps of the shard's blocks, each asking alike
-        block_warps = (cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + WARP_SIZE - 1) >> 5
         blocks = int64(cuda.gridDim.x) * cuda.gridDim.y * cuda.gridDim.z
-        shard_warps = ((blocks + L.CURSOR_SHARDS - 1) >> L.CURSOR_SHARDS_LOG2) * block_warps
+        shard_warps = ((blocks + L.CURSOR_SHARDS - 1) >> L.CURSOR_SHARDS_LOG2) * block_warps()
         grant = granules * min(shard_warps, 1 << 40)
     left = (capacity - load_volatile(hdr, slot * L.SLOT_WORDS + L.CURSOR)) >> 4
     most = left // (L.GRANT_SHARE * L.CURSOR_SHARDS)
@@ -677,7 +682,7 @@ def from_block(hdr, state, slot, capacity, need, step, least, block_granules, un
             taken = load_volatile_shared(state, L.BLOCK_TAKEN)
             want = max(need, taken)
             if taken == 0:  # the block's warps are likely to ask alike: room for each
-                want = need * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
+                want = need * block_warps()
             want = min(block_granules, (want + unit - 1) & -unit)
             slab = slab_from_arena(hdr, state, slot, capacity, want, least, False)
             if slab != 0:  # under the lock: no other group writes it
@@ -765,7 +770,7 @@ def take_chunk(
         block_g = warp_g
     else:
         warp_g = 1 << (log2_slab - 4)
-        block_g = warp_g * ((cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + 31) >> 5)
+        block_g = warp_g * block_warps()
     got = 0
     if granules <= warp_g:
         got = from_warp(
