@@ -882,13 +882,14 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     block, say) making its warp's first request: whole `align` units straight
     from the arena's cursor (or the block's cursor shard), as the general path
     would take them for the warp's first slab, but with one global atomic and
-    none of the shared ones of its locks, refills and publications. The rest
-    of a unit below `align` bytes asked becomes a slab with one shared CAS, if
-    none is there yet: the block's (``warp_slab``, which its warps refill
-    from) or the warp's own tail (``bump``); the rest of a request of at least
-    `align` is not kept. In ``warp_slab`` a small request is left to the
-    general path once its block has a slab, so lone lanes of several warps
-    share one unit as before. Returns the byte offset, or NOT_SERVED for a
+    none of the shared ones of its locks, refills and publications. In
+    ``warp_slab`` a request below `align` comes here too while its block has
+    no slab, and the rest of its unit becomes the block's slab with one
+    shared CAS (once a block has one, lone lanes of its other warps carve it
+    as before); in ``bump`` it does not (its general path takes the same unit
+    and keeps the rest as the warp's tail, and the path here would cost its
+    kernels 8 registers: single-shot 46 -> 54, ptxas sm_90). The rest of a
+    request of at least `align` is not kept. Returns the byte offset, or NOT_SERVED for a
     request of any other kind, or one the arena cannot give (the general path
     then tries again, and counts the failure). (Diverged groups of the warp,
     or other warps, may be allocating meanwhile: the CAS keeps a slab one of
@@ -898,7 +899,7 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     `align`, took this path instead of the general one's block refill: its
     captured 1080p frame 0.231 -> 0.223 ms (same call, two turns each;
     static-graph 0.209-0.216)."""
-    if (nbytes <= 0) | (nbytes > capacity):
+    if (nbytes <= 0) | (nbytes > capacity) | (direct & (nbytes < align)):
         return NOT_SERVED
     if load_volatile_shared(state, L.WARP_TAKEN + warp) != 0:
         return NOT_SERVED
@@ -913,10 +914,7 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     store_volatile_shared(state, L.WARP_TAKEN + warp, granules)  # (the rest is a slab's)
     if (nbytes < align) & ((got >> 4) > granules):  # (at the arena's end, `got` may be less)
         rest = ((start >> 4) + granules) << L.REM_BITS | ((got >> 4) - granules)
-        if direct:
-            cuda.atomic.cas(state, L.WARP_SLAB + warp, 0, rest)
-        else:
-            cuda.atomic.cas(state, L.BLOCK_SLAB, 0, rest)
+        cuda.atomic.cas(state, L.BLOCK_SLAB, 0, rest)
     count_into(tally, 1, granules)
     return start
 

@@ -243,9 +243,10 @@ def lone_lanes_in_turn(arena, sizes, offsets):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_lone_small_request_leaves_the_rest_of_its_unit_to_the_next(strategy):
     """A lane alone asking less than `align` as its warp's first request takes a
-    whole unit in one step (`allocator.take_alone`); the rest is not lost: the
-    warp's next request (and, in ``warp_slab``, the block's other warps') is
-    carved from it, so the block holds one unit, as through the slabs."""
+    whole unit (in ``warp_slab`` in one step, `allocator.take_alone`); the rest
+    is not lost: the warp's next request (and, in ``warp_slab``, the block's
+    other warps') is carved from it, so the block holds one unit, as through
+    the slabs."""
     sizes = np.array([40, 16], np.int64)
     warps = 3
     offsets = poisoned((warps, 2), np.int64)
