@@ -230,8 +230,13 @@ def _element_pointer(context, builder, sig, args):
 
 @intrinsic
 def reduce_add(typingctx, array, index, value):
-    """array[index] += value as a fire-and-forget reduction (PTX ``red``): the
-    thread does not wait for it, unlike an atomic whose old value is asked."""
+    """array[index] += value as a fire-and-forget reduction (PTX ``red.global``):
+    the thread does not wait for it, unlike an atomic whose old value is asked.
+    The array is in global memory (the arena's header). (With a generic
+    address, plain ``red.add``, ptxas on sm_90 emitted a generic ``ATOM.E``
+    that sets a predicate and branches on it, and a ``ATOMS.CAST.SPIN`` loop
+    for the shared-memory window: about 30 instructions a reduction in every
+    block's exit, where ``red.global`` is one ``RED.E``.)"""
     if not _word_access(array, index, value, (types.int64,)):
         return None
 
@@ -239,13 +244,18 @@ def reduce_add(typingctx, array, index, value):
         pointer = _element_pointer(context, builder, sig, args)
         address = builder.ptrtoint(pointer, ir.IntType(64))
         amount = context.cast(builder, args[2], sig.args[2], types.int64)
+        to_global = ir.InlineAsm(
+            ir.FunctionType(ir.IntType(64), [ir.IntType(64)]),
+            "cvta.to.global.u64 $0, $1;",
+            "=l,l",
+        )
         red = ir.InlineAsm(
             ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * 2),
-            "red.add.u64 [$0], $1;",
+            "red.global.add.u64 [$0], $1;",
             "l,l,~{memory}",
             side_effect=True,
         )
-        builder.call(red, [address, amount])
+        builder.call(red, [builder.call(to_global, [address]), amount])
         return context.get_dummy_value()
 
     return types.void(array, index, value), codegen

@@ -242,7 +242,7 @@ def test_the_fast_path_takes_no_atomic_at_all(one_alloc_cfg):
     plain = "st.volatile.shared"
     atomics = cfg.path_counts(start, end, "atom.", avoid=["membar.sys"], through=plain)
     assert min(atomics) == 0, atomics
-    reductions = cfg.path_counts(start, end, "red.add", through=plain)
+    reductions = cfg.path_counts(start, end, "red.global", through=plain)
     assert min(reductions) == 0, reductions
 
 
@@ -367,7 +367,7 @@ def test_global_atomics_outside_failure_reports_only_move_the_cursor(one_alloc_c
     # The cursor: taken from, put back after running past the end; the block's
     # allocation count, flushed at its exit. (`warp_slab` has no cursor shards,
     # whose grant words `bump` also exchanges: see the sharded test above.)
-    assert found == {"atom.global.add.u64", "atom.global.cas.b64", "red.add.u64"}, found
+    assert found == {"atom.global.add.u64", "atom.global.cas.b64", "red.global.add.u64"}, found
 
 
 @pytest.mark.ptx
