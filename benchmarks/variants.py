@@ -11,7 +11,9 @@ its own process (a kernel allocating nothing against a plain one, single-shot
 against preallocated, one store against packed stores; the hand-written slab as
 the machine's yardstick). VARIANT_QUICK=1 keeps only the launch-shaped figures
 (nothing and single-shot), VARIANT_HOT_PATH=1 only the allocation loops (an A/B
-of the hot path; name a variant twice to alternate them).
+of the hot path; name a variant twice to alternate them), VARIANT_TWIN=1 only
+Gallatin's one-size test shape (`device_peers.devalloc_twin`, 16 and 64 B, both
+strategies; the sixteenth run's attribution of the block exit).
 """
 
 import json
@@ -45,6 +47,8 @@ def measure():
     figures = {}
     if os.environ.get("VARIANT_HOT_PATH"):  # only the allocation loops: A/B of the hot path
         return hot_path(figures, M, reps=15)
+    if os.environ.get("VARIANT_TWIN"):  # only Gallatin's test shape
+        return one_each(figures, reps=5)
     out = cuda.to_device(np.zeros(1, np.int64))
     blocks, block = M.grid(1 << 20)
     with devalloc.Arena(1 << 20) as arena:
@@ -67,12 +71,17 @@ def measure():
     figures["with_store_16B"] = [own, packed, own / packed]
     rate = M.allocation_rate("bump", 1 << 20, 64, 16, reps=7)
     figures["bump_16B_G_per_s"] = rate["allocs_per_s"] / 1e9
-    import device_peers as P  # Gallatin's one-size test, devalloc's side of it
+    return one_each(figures, reps=3)
+
+
+def one_each(figures, reps):
+    """Gallatin's one-size test, devalloc's side of it (G allocations/s)."""
+    import device_peers as P
 
     for strategy in ("warp_slab", "bump"):
         for size in (16, 64):
             count = P.gallatin_threads(size)
-            got = P.devalloc_twin(strategy, size, count, True, True, reps=3)
+            got = P.devalloc_twin(strategy, size, count, True, True, reps=reps)
             figures[f"one_each_{strategy}_{size}B_G_per_s"] = count / got["ms"] / 1e6
     return figures
 
