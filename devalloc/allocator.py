@@ -454,7 +454,7 @@ def take_spread(hdr, state, slot, capacity, want, least, shards):
     word = state[L.BLOCK_SHARD]
     if large | (granules > L.GRANT_TAKE_MOST) | (capacity >= L.GRANT_CAPACITY_LIMIT):
         return take_from_arena(hdr, slot, capacity, want, least)
-    if word == 0:
+    if word == 0:  # (one condition with the above held 2 more registers in one_each, ptxas)
         return take_from_arena(hdr, slot, capacity, want, least)
     least = (least + L.GRANULE - 1) >> 4
     return take_from_shard(hdr, slot, capacity, granules, least, word)

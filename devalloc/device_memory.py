@@ -234,9 +234,9 @@ def reduce_add(typingctx, array, index, value):
     the thread does not wait for it, unlike an atomic whose old value is asked.
     The array is in global memory (the arena's header). (With a generic
     address, plain ``red.add``, ptxas on sm_90 emitted a generic ``ATOM.E``
-    that sets a predicate and branches on it, and a ``ATOMS.CAST.SPIN`` loop
+    that sets a predicate and branches on it, and an ``ATOMS.CAST.SPIN`` loop
     for the shared-memory window: about 30 instructions a reduction in every
-    block's exit, where ``red.global`` is one ``RED.E``.)"""
+    block's exit, where ``red.global`` is one ``REDG.E.ADD.64``.)"""
     if not _word_access(array, index, value, (types.int64,)):
         return None
 
