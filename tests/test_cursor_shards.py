@@ -245,3 +245,40 @@ __all__ = [
     "test_every_threads_tally_reaches_the_stats",
     "test_lanes_alone_allocate_for_their_warps",
 ]
+
+
+def grant_word(start, granules, used):
+    """A grant word: `granules` (a power of two) from granule `start`, `used` taken."""
+    code = granules.bit_length()  # (1 << code) >> 1 == granules
+    return start << L.GRANT_START_SHIFT | code << L.GRANT_CODE_SHIFT | used
+
+
+def test_a_take_behind_one_past_the_grant_waits_for_the_next_grant_and_takes_from_it():
+    """Thread 0 adds to a grant another request already ran past (that request is
+    taking the shard's next grant): it waits until the next grant is published
+    (here by thread 1, once it sees thread 0's add) and adds again, taking its
+    granules from the new grant, not the old one (`allocator.past_grant`, the
+    path a take that fits does not enter)."""
+    from devalloc.allocator import take_from_shard
+
+    word = L.cursor_shard(0, 0)
+    seen = grant_word(100, 16, 17)  # 17 of 16 taken: the one past the end is refilling
+    hdr = np.zeros(L.HEADER_WORDS, np.int64)
+    hdr[word] = seen
+    out = poisoned(2, np.int64)
+
+    @devalloc.kernel  # (the simulator's warp primitives run in its kernels)
+    def take_while_refilled(arena, hdr, out):
+        if cuda.threadIdx.x == 0:
+            start, got = take_from_shard(hdr, 0, 1 << 30, 2, 2, word)
+            out[0] = start
+            out[1] = got
+        else:
+            while cuda.atomic.add(hdr, word, 0) == seen:  # until thread 0 has added
+                pass
+            cuda.atomic.exch(hdr, word, grant_word(500, 32, 3))
+
+    with devalloc.Arena(1 << 16) as arena:
+        take_while_refilled[1, 2](arena, hdr, out)
+    assert out.tolist() == [(500 + 3) * 16, 2 * 16]
+    assert hdr[word] == grant_word(500, 32, 5)  # the new grant, with its 2 granules taken
