@@ -913,9 +913,9 @@ def take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct):
     as before); in ``bump`` it does not (its general path takes the same unit
     and keeps the rest as the warp's tail, and the path here would cost its
     kernels 8 registers: single-shot 46 -> 54, ptxas sm_90). The rest of a
-    request of at least `align` is not kept. Returns the byte offset, or NOT_SERVED for a
-    request of any other kind, or one the arena cannot give (the general path
-    then tries again, and counts the failure). (Diverged groups of the warp,
+    request of at least `align` is not kept. Returns the byte offset, or
+    NOT_SERVED for a request of any other kind, or one the arena cannot give
+    (the general path then tries again, and counts the failure). (Diverged groups of the warp,
     or other warps, may be allocating meanwhile: the CAS keeps a slab one of
     them made, dropping this rest, a tail under `align`; the warp's taken
     count is a refill size's hint, which a lost update only makes smaller.)

@@ -227,26 +227,6 @@ def test_grants_are_powers_of_two_within_their_share_of_the_room_left():
         assert size & (size - 1) == 0 and size <= capacity // L.CURSOR_SHARDS, grants
 
 
-# The warp-slab tests, every launch sharded (the fixture above applies to them here).
-from test_warp_slab import (  # noqa: E402
-    test_a_lane_alone_that_finds_no_room_takes_nothing,
-    test_a_lane_alones_odd_requests_fail_alone,
-    test_any_subset_of_lanes_and_sizes_spanning_the_paths,
-    test_branches_loops_and_exited_lanes,
-    test_every_threads_tally_reaches_the_stats,
-    test_lanes_alone_allocate_for_their_warps,
-)
-
-__all__ = [
-    "test_a_lane_alone_that_finds_no_room_takes_nothing",
-    "test_a_lane_alones_odd_requests_fail_alone",
-    "test_any_subset_of_lanes_and_sizes_spanning_the_paths",
-    "test_branches_loops_and_exited_lanes",
-    "test_every_threads_tally_reaches_the_stats",
-    "test_lanes_alone_allocate_for_their_warps",
-]
-
-
 def grant_word(start, granules, used):
     """A grant word: `granules` (a power of two) from granule `start`, `used` taken."""
     code = granules.bit_length()  # (1 << code) >> 1 == granules
@@ -282,3 +262,23 @@ def test_a_take_behind_one_past_the_grant_waits_for_the_next_grant_and_takes_fro
         take_while_refilled[1, 2](arena, hdr, out)
     assert out.tolist() == [(500 + 3) * 16, 2 * 16]
     assert hdr[word] == grant_word(500, 32, 5)  # the new grant, with its 2 granules taken
+
+
+# The warp-slab tests, every launch sharded (the fixture above applies to them here).
+from test_warp_slab import (  # noqa: E402
+    test_a_lane_alone_that_finds_no_room_takes_nothing,
+    test_a_lane_alones_odd_requests_fail_alone,
+    test_any_subset_of_lanes_and_sizes_spanning_the_paths,
+    test_branches_loops_and_exited_lanes,
+    test_every_threads_tally_reaches_the_stats,
+    test_lanes_alone_allocate_for_their_warps,
+)
+
+__all__ = [
+    "test_a_lane_alone_that_finds_no_room_takes_nothing",
+    "test_a_lane_alones_odd_requests_fail_alone",
+    "test_any_subset_of_lanes_and_sizes_spanning_the_paths",
+    "test_branches_loops_and_exited_lanes",
+    "test_every_threads_tally_reaches_the_stats",
+    "test_lanes_alone_allocate_for_their_warps",
+]
