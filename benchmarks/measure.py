@@ -222,16 +222,23 @@ def interleaved_ms(launches, reps=15, batch=20):
 
 def single_shot_ms(threads, reps=15, strategy="warp_slab"):
     """The survey's single-shot test: each thread allocates 16 B once and fills
-    it; against the same kernel writing into memory allocated beforehand."""
+    it; against the same kernel writing into memory allocated beforehand, and
+    against the allocator written by hand (one warp-aggregated atomic on one
+    counter: `K.single_shot_by_hand`). Returns (devalloc, preallocated, by
+    hand) ms."""
     blocks, block = grid(threads)
     out = cuda.device_array(threads, np.int64)
     buffer = cuda.device_array(4 * threads, np.uint32)
+    wrap = 1 << (16 * blocks * block - 1).bit_length()  # the launch's bytes, to a power of two
+    by_hand = cuda.device_array(wrap // 4, np.uint32)
+    cursor = cuda.to_device(np.zeros(1, np.int64))
     # Room for the slabs of a million threads to hold whole warps' chunks.
     with devalloc.Arena(threads * 512 + (64 << 20), strategy=strategy) as arena:
         return interleaved_ms(
             [
                 lambda: K.single_shot[blocks, block](arena, out),
                 lambda: K.preallocated[blocks, block](buffer, out),
+                lambda: K.single_shot_by_hand[blocks, block](cursor, wrap, by_hand, out),
             ],
             reps=reps,
         )

@@ -55,7 +55,8 @@ def main():
             for k in kernels.values()
         ]
         row = {name: ms * 1e3 for name, ms in zip(kernels, interleaved_ms(launches))}
-        row["devalloc single-shot, preallocated"] = [ms * 1e3 for ms in single_shot_ms(threads)]
+        single_shot_us = [ms * 1e3 for ms in single_shot_ms(threads)]
+        row["devalloc single-shot, preallocated, by hand"] = single_shot_us
         results[threads] = row
         print(threads, json.dumps(row), flush=True)
     if len(sys.argv) > 1:

@@ -111,10 +111,11 @@ def suite_single_shot(quick):
     rows = []
     for strategy in ("warp_slab", "bump"):
         for threads in [100_000, 1 << 20] if quick else [10_000, 100_000, 1 << 20]:
-            devalloc_ms, pre_ms = M.single_shot_ms(threads, strategy=strategy)
+            devalloc_ms, pre_ms, hand_ms = M.single_shot_ms(threads, strategy=strategy)
             rows.append(
                 {"strategy": strategy, "threads": threads, "devalloc_ms": devalloc_ms,
-                 "preallocated_ms": pre_ms, "ratio": devalloc_ms / pre_ms}
+                 "preallocated_ms": pre_ms, "ratio": devalloc_ms / pre_ms,
+                 "by_hand_ms": hand_ms, "by_hand_ratio": hand_ms / pre_ms}
             )  # fmt: skip
     return rows
 
@@ -203,8 +204,11 @@ def judge(results):
         for row in results["single_shot"]:
             goal = 1.1 if row["threads"] <= 100_000 else 1.2
             strategy = row.get("strategy", "warp_slab")  # (runs before 2026-12-04: warp_slab)
+            floor = ""
+            if "by_hand_ratio" in row:  # (runs before 2026-12-05: no floor)
+                floor = f" (one atomic a warp by hand: {row['by_hand_ratio']:.3f}x)"
             target(f"single-shot vs preallocated, {row['threads']:,} threads, {strategy}",
-                   f"{row['ratio']:.3f}x", f"<= {goal}x", row["ratio"] <= goal)  # fmt: skip
+                   f"{row['ratio']:.3f}x{floor}", f"<= {goal}x", row["ratio"] <= goal)  # fmt: skip
     if "with_store" in results:  # the target is warp_slab's; bump's rows are for comparison
         for row in find(results["with_store"], strategy="warp_slab"):
             target(f"with a store, {row['size']} warp_slab vs packed",

@@ -245,6 +245,28 @@ def preallocated(buffer, out):
 
 
 @cuda.jit
+def single_shot_by_hand(cursor, wrap, buffer, out):
+    """`single_shot` with the in-kernel allocator a CUDA engineer writes by hand:
+    lane 0 of each warp takes the warp's 32 x 16 B from one global counter in
+    one atomic and a shuffle hands out the start (full warps only, as the
+    benchmarks launch). The counter is never reset: offsets wrap at `wrap`
+    bytes (a power of two, a multiple of a warp's 512 B, at most the buffer's
+    size), so a launch costs no memset. No statistics, no failure, no block
+    exit: the floor of any in-kernel allocator that hands out memory from one
+    pool, to set `single_shot` and `preallocated` against."""
+    t = cuda.grid(1)
+    start = 0
+    if cuda.laneid == 0:
+        start = cuda.atomic.add(cursor, 0, 32 * 16)
+    offset = (cuda.shfl_sync(0xFFFFFFFF, start, 0) + 16 * cuda.laneid) & (wrap - 1)
+    word = offset >> 2
+    for i in range(4):
+        buffer[word + i] = t + i
+    if t < out.size:
+        out[t] = offset
+
+
+@cuda.jit
 def plain_launch(out):
     if cuda.grid(1) == 0:
         out[0] += 1
@@ -306,6 +328,7 @@ def _signatures():
         "warp_aggregated": (ints, i64, i64, i64, ints),
         "hand_slab": (ints, i64, i64, i64, i64, ints),
         "preallocated": (types.uint32[::1], ints),
+        "single_shot_by_hand": (ints, i64, types.uint32[::1], ints),
         "plain_launch": (ints,),
         "plain_launch_with_scalar": (i64, ints),
         "spin": (i64,),

@@ -169,6 +169,27 @@ def test_a_frame_of_a_thousand_launches_fits_in_twice_what_it_asks(strategy):
     assert stats.current_bytes <= 2 * asked
 
 
+def test_the_single_shot_floor_by_hand_gives_each_thread_16_bytes_of_its_own():
+    """kernels.bench.single_shot_by_hand, the floor the benchmarks set
+    single_shot against: a warp's 32 x 16 B from one counter in one atomic,
+    the counter wrapping at `wrap` bytes instead of being reset. Started half
+    way, the launch wraps; every 16 B still goes to exactly one thread. (A
+    plain Numba kernel: the simulator has no shuffles for it.)"""
+    from kernels.bench import single_shot_by_hand
+
+    threads, wrap = 1 << 16, 1 << 20
+    cursor = cuda.to_device(np.array([3 * wrap // 2], np.int64))
+    buffer = cuda.to_device(np.full(wrap // 4, 0xDEADBEEF, np.uint32))
+    out = cuda.to_device(np.full(threads, -7, np.int64))
+    single_shot_by_hand[threads // THREADS, THREADS](cursor, wrap, buffer, out)
+    offsets = out.copy_to_host()
+    assert np.array_equal(np.sort(offsets), np.arange(0, wrap, 16))
+    words = buffer.copy_to_host().reshape(-1, 4)[offsets // 16]
+    expected = np.arange(threads, dtype=np.uint32)[:, None] + np.arange(4, dtype=np.uint32)
+    assert np.array_equal(words, expected)
+    assert cursor.copy_to_host()[0] == 3 * wrap // 2 + threads * 16
+
+
 @devalloc.kernel
 def stamp(arena, value, out):
     """Write `value` into fresh memory, then read it back many times: a launch
