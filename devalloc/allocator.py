@@ -497,7 +497,7 @@ def take_from_shard(hdr, slot, capacity, granules, least, word):
 def past_grant(hdr, slot, capacity, granules, least, word, old):
     """`take_from_shard` for a take that did not fit in the grant it saw (`old`,
     the grant word before this take's add): spent, the first past the end, or
-    one that waits for the next grant and adds again."""
+    one that waits for the grant to be replaced and adds again."""
     while True:
         used, size, spent = grant_parts(old)
         if spent:  # (its count put back, so that it never grows into the code)
@@ -505,20 +505,27 @@ def past_grant(hdr, slot, capacity, granules, least, word, old):
             return take_or_steal(hdr, slot, capacity, granules, least)
         if used + granules <= size:
             return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
-        if used <= size:  # the first past the end: it takes the next grant
-            return take_grant(hdr, slot, capacity, word, granules, least, size)
-        grant = old >> L.GRANT_CODE_SHIFT  # (a new grant has another start)
-        while load_volatile(hdr, word) >> L.GRANT_CODE_SHIFT == grant:
+        if used <= size:  # the first past the end: it replaces the grant
+            return take_grant(hdr, slot, capacity, word, granules, least, old)
+        # Another take ran past the end first: wait until it has replaced the
+        # grant (the word's count is within its grant again; the replacement
+        # may have the same start and size: `keep_rest`), then add again.
+        while True:
+            used, size, _ = grant_parts(load_volatile(hdr, word))
+            if used <= size:
+                break
             nap()
         old = cuda.atomic.add(hdr, word, granules)
 
 
 @device_function
-def take_grant(hdr, slot, capacity, word, granules, least, size):
-    """Run by the request that ran past the end of its shard's grant of `size`
-    granules: the shard's next grant from the cursor, with this request taken
-    from its front, published in one exchange. If the arena has no room for a
-    whole grant, the shard is spent and this request goes to the cursor."""
+def take_grant(hdr, slot, capacity, word, granules, least, old):
+    """Run by the request that ran past the end of its shard's grant (`old`, the
+    word before its add): the shard's next grant from the cursor, with this
+    request taken from its front, published in one exchange. If the arena has
+    no room for a whole grant, the shard keeps the rest of the old one
+    (`keep_rest`) and this request goes to the cursor."""
+    _, size, _ = grant_parts(old)
     grant = 2 * size
     if size == 0:  # room for the warps of the shard's blocks, each asking alike
         blocks = int64(cuda.gridDim.x) * cuda.gridDim.y * cuda.gridDim.z
@@ -530,7 +537,7 @@ def take_grant(hdr, slot, capacity, word, granules, least, size):
     grant = int64(1) << bit_length(max(grant, granules) - 1)  # a power of two, at least the take
     start, _ = take_from_arena(hdr, slot, capacity, grant << 4, grant << 4)
     if start < 0:
-        cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
+        keep_rest(hdr, word, old)
         return take_or_steal(hdr, slot, capacity, granules, least)
     code = bit_length(grant)  # (1 << code) >> 1 == grant
     published = (start >> 4) << L.GRANT_START_SHIFT | code << L.GRANT_CODE_SHIFT | granules
@@ -540,9 +547,10 @@ def take_grant(hdr, slot, capacity, word, granules, least, size):
 
 @device_function
 def take_or_steal(hdr, slot, capacity, granules, least):
-    """For a request of a spent shard: the cursor, which serves the end of the
-    arena exactly, or, if it has no room, the rest of another shard's grant, so
-    that a request fails only if neither the cursor nor any grant has room."""
+    """For a request its shard cannot serve (spent, or left with a rest too
+    small for it): the cursor, which serves the end of the arena exactly, or,
+    if it has no room, the rest of another shard's grant, so that a request
+    fails only if neither the cursor nor any grant has room."""
     start, got = take_from_arena(hdr, slot, capacity, granules << 4, least << 4)
     if start >= 0:
         return start, got
@@ -557,9 +565,31 @@ def take_or_steal(hdr, slot, capacity, granules, least):
         if not spent:
             if used + granules <= size:
                 return ((old >> L.GRANT_START_SHIFT) + used) << 4, granules << 4
-            if used <= size:  # this took the grant's end: nothing is left to refill it
-                cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
+            if used <= size:  # the first past its end: the arena has none to replace it
+                keep_rest(hdr, word, old)
     return int64(-1), int64(0)
+
+
+@device_function
+def keep_rest(hdr, word, old):
+    """Run by the first take past the end of a shard's grant (`old`, the word
+    before its add) when the arena has no room for another grant: publish
+    what the grant has left as the shard's grant, so that smaller takes still
+    get it (a failed request takes nothing from any other), or mark the shard
+    spent if nothing is left. The rest, ``size - used`` granules, becomes a
+    grant of the power of two above it that ends where the old one ended,
+    with its front counted as taken."""
+    used, size, _ = grant_parts(old)
+    rest = size - used
+    if rest <= 0:
+        cuda.atomic.exch(hdr, word, L.GRANT_SPENT << L.GRANT_CODE_SHIFT)
+        return
+    span = int64(1) << bit_length(rest - 1)
+    start = (old >> L.GRANT_START_SHIFT) + size - span
+    code = bit_length(span)  # (1 << code) >> 1 == span
+    cuda.atomic.exch(
+        hdr, word, start << L.GRANT_START_SHIFT | code << L.GRANT_CODE_SHIFT | (span - rest)
+    )
 
 
 # -- slab words in shared memory -----------------------------------------------------------

@@ -264,6 +264,67 @@ def test_a_take_behind_one_past_the_grant_waits_for_the_next_grant_and_takes_fro
     assert hdr[word] == grant_word(500, 32, 5)  # the new grant, with its 2 granules taken
 
 
+@devalloc.kernel
+def one_lane_in_turn(arena, sizes, offsets, lengths):
+    if cuda.grid(1) == 0:
+        for j in range(sizes.size):
+            got = arena.alloc(sizes[j], np.uint8)
+            offsets[j], lengths[j] = arena.offset(got), got.size
+
+
+@pytest.mark.parametrize("share", [1, 8])
+def test_a_request_too_large_for_the_rest_of_a_grant_leaves_the_rest_to_smaller_ones(
+    monkeypatch, share
+):
+    """The first take past the end of a grant, finding no room in the arena for
+    another grant, marked the shard spent: the rest of the grant was lost, and
+    a smaller request it had room for failed too (found by a hostile probe,
+    2026-12-05). Now the shard keeps the rest (`allocator.keep_rest`). Here
+    the grant is [0, 768): 512 B taken, then the cursor's rest by a request
+    too large for a grant, then 512 B (fails: 256 B are left), then 256 B
+    (the grant's rest), then 16 B (nothing left: fails)."""
+    monkeypatch.setattr(L, "GRANT_SHARE", share)
+    capacity = 1 << 20
+    sizes = np.array([256, 256, capacity - 768, 512, 256, 16], np.int64)
+    offsets, lengths = poisoned(sizes.size, np.int64), poisoned(sizes.size, np.int64)
+    with devalloc.Arena(capacity, strategy="bump") as arena:
+        one_lane_in_turn[1, 1](arena, sizes, offsets, lengths)
+        with pytest.raises(devalloc.ArenaOverflowError) as error:
+            arena.check()
+        words = grant_words(arena, latest_slot(arena))
+    assert offsets.tolist() == [0, 256, 768, -1, 512, -1]
+    assert lengths.tolist() == [256, 256, capacity - 768, 0, 256, 0]
+    assert (error.value.failed, error.value.requested) == (2, 512)
+    assert (words[0] >> L.GRANT_CODE_SHIFT) & L.GRANT_CODE_MASK == L.GRANT_SPENT
+
+
+def test_the_rest_a_shard_keeps_is_a_grant_that_ends_where_its_grant_ended():
+    """`keep_rest` for rests of every size in a grant of 64 granules: a take of
+    the whole rest starts where the old grant's count had reached and ends at
+    its end; one granule more does not fit."""
+    from devalloc.allocator import keep_rest
+
+    word = L.cursor_shard(0, 0)
+    hdr = np.zeros(L.HEADER_WORDS, np.int64)
+    for used in range(0, 65):
+
+        @devalloc.kernel
+        def kept(arena, hdr, used):
+            keep_rest(hdr, word, grant_word(1000, 64, used))
+
+        with devalloc.Arena(1 << 16) as arena:
+            kept[1, 1](arena, hdr, used)
+        kept_word = int(hdr[word])
+        if used == 64:
+            assert kept_word == L.GRANT_SPENT << L.GRANT_CODE_SHIFT
+            continue
+        start, size = granted(kept_word)
+        taken = (kept_word & L.GRANT_USED_MASK) * 16
+        assert start + taken == (1000 + used) * 16, used  # the rest's first byte
+        assert start + size == (1000 + 64) * 16, used  # the grant's end
+        assert size & (size - 1) == 0 and size - taken == (64 - used) * 16
+
+
 # The warp-slab tests, every launch sharded (the fixture above applies to them here).
 from test_warp_slab import (  # noqa: E402
     test_a_lane_alone_that_finds_no_room_takes_nothing,
