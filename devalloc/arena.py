@@ -33,6 +33,7 @@ frame belongs to its thread and the others' launches, resets and frames wait.
 """
 
 import atexit
+import itertools
 import math
 import operator
 import threading
@@ -43,7 +44,13 @@ import numpy as np
 
 from . import layout as L
 from .backend import SIMULATOR, Memory
-from .errors import ArenaClosedError, ArenaOverflowError, ArenaOverflowWarning, DevallocError
+from .errors import (
+    ArenaClosedError,
+    ArenaOverflowError,
+    ArenaOverflowWarning,
+    DevallocError,
+    numba_number,
+)
 from .numba_compat import numpy_dtype_of
 from .sizing import Sizing, run_sized
 from .statistics import ArenaStats, ProcessStats
@@ -53,7 +60,6 @@ __all__ = ["STRATEGIES", "Arena", "stats"]
 STRATEGIES = tuple(L.STRATEGIES)  # the names; what each is: layout.STRATEGIES
 MIN_ALIGN = L.GRANULE
 MAX_ALIGN = 1 << L.MAX_LOG2_SLAB
-_NUMBER_KINDS = "biufc"
 
 
 def _int(value, name):
@@ -72,14 +78,20 @@ def _positive_int(value, name):
     return value
 
 
+def _dim(value):
+    if isinstance(value, (bool, np.bool_)):  # (an int to operator.index)
+        raise TypeError
+    return operator.index(value)
+
+
 def _dims(shape):
     try:
-        dims = (operator.index(shape),)
+        dims = (_dim(shape),)
     except TypeError:
         if not isinstance(shape, tuple):
             raise TypeError(f"shape must be an int or a tuple of ints (got {shape!r})") from None
         try:
-            dims = tuple(operator.index(dim) for dim in shape)
+            dims = tuple(_dim(dim) for dim in shape)
         except TypeError:
             raise TypeError(f"shape must be an int or a tuple of ints (got {shape!r})") from None
     if any(dim < 0 for dim in dims):
@@ -87,7 +99,20 @@ def _dims(shape):
     return dims
 
 
+def require_stream(stream):
+    """`stream` if it is one (a Numba stream, a CUDA stream object, 0 or None):
+    anything else is refused before the arena changes (the GPU refused it half
+    way through a launch, the simulator not at all)."""
+    if stream is None or (type(stream) is int and stream == 0):
+        return stream
+    if any(hasattr(stream, name) for name in ("handle", "synchronize", "__cuda_stream__")):
+        return stream
+    raise TypeError(f"stream must be a Numba stream (cuda.stream()), 0 or None (got {stream!r})")
+
+
 def _number_dtype(dtype):
+    if dtype is None:  # (NumPy would take it for float64)
+        raise TypeError("dtype must be a NumPy number or bool type (got None)")
     try:
         dtype = np.dtype(dtype)
     except TypeError:
@@ -95,7 +120,7 @@ def _number_dtype(dtype):
             dtype = np.dtype(numpy_dtype_of(dtype))
         except TypeError:
             raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype!r})") from None
-    if dtype.kind not in _NUMBER_KINDS:
+    if not numba_number(dtype):
         raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype})")
     return dtype
 
@@ -112,11 +137,12 @@ class _Reports:
     """What reporting an arena's failures needs, apart from the Arena itself, so
     that the finalizer of a dropped arena can still report them."""
 
-    __slots__ = ("capacity", "memory", "names", "record", "seen", "stream")
+    __slots__ = ("arena_id", "capacity", "memory", "names", "record", "seen", "stream")
 
-    def __init__(self, memory, capacity):
+    def __init__(self, memory, capacity, arena_id):
         self.memory = memory
         self.capacity = capacity
+        self.arena_id = arena_id  # marks its errors as this arena's (`_overflowed`)
         # The failure record as plain memory: polled at every launch.
         # (A memoryview, not .view(): Numba's mapped arrays give device arrays there.)
         self.record = memoryview(memory.record).cast("B").cast("q")
@@ -142,9 +168,11 @@ class _Reports:
         cleared = np.array([0, L.NOTHING_ASKED, 0], np.int64)
         self.memory.write_header(cleared, first=L.PENDING_FAILED)
         name = self.names.get(int(words[L.PENDING_SEQ]) - 1, "<unknown kernel>")
-        return ArenaOverflowError(
+        error = ArenaOverflowError(
             name, self.capacity, int(words[L.PENDING_ASKED]), failed, not_launched
         )
+        error._arena_id = self.arena_id
+        return error
 
     def release(self):
         """Wait for the arena's launches, free its memory, and return the failures
@@ -162,19 +190,25 @@ class _Reports:
 # point: an arena made, checked or closed, or the interpreter's exit.
 _dropped = []
 _open_arenas = weakref.WeakSet()
+# Held while _open_arenas or _process is read or changed: arenas are made and
+# closed from any thread, and a WeakSet changed while another thread iterates
+# over it raises (seen making arenas from four threads at once).
+_registry_lock = threading.Lock()
+_arena_ids = itertools.count()
 _exit_registered = []
 _process = {"device_mallocs": 0, "peak_reserved_bytes": 0}  # for `stats`
 
 
 def stats():
     """The devalloc arenas of this process: a `ProcessStats`."""
-    arenas = list(_open_arenas)
-    return ProcessStats(
-        arenas=len(arenas),
-        reserved_bytes=sum(arena._reserved_bytes for arena in arenas),
-        peak_reserved_bytes=_process["peak_reserved_bytes"],
-        device_mallocs=_process["device_mallocs"],
-    )
+    with _registry_lock:
+        arenas = list(_open_arenas)
+        return ProcessStats(
+            arenas=len(arenas),
+            reserved_bytes=sum(arena._reserved_bytes for arena in arenas),
+            peak_reserved_bytes=_process["peak_reserved_bytes"],
+            device_mallocs=_process["device_mallocs"],
+        )
 
 
 def close_on_exit(close, exc, what):
@@ -212,7 +246,9 @@ def release_dropped():
 
 
 def _at_exit():
-    for arena in list(_open_arenas):  # still open at exit: dropped now
+    with _registry_lock:
+        still_open = list(_open_arenas)
+    for arena in still_open:  # still open at exit: dropped now
         arena._release()
     release_dropped()
 
@@ -228,11 +264,12 @@ class _Frame:
     """``with arena.frame():`` (see `Arena.frame`). Holds the arena's lock from
     entry to exit."""
 
-    __slots__ = ("_arena", "_check")
+    __slots__ = ("_arena", "_check", "_thread")
 
     def __init__(self, arena, check):
         self._arena = arena
         self._check = check
+        self._thread = None  # the thread that opened it
 
     def __enter__(self):
         arena = self._arena
@@ -248,10 +285,17 @@ class _Frame:
             raise
         arena._in_frame = True
         arena._limit = arena._capacity - arena._reserve
+        self._thread = threading.get_ident()
         return arena
 
     def __exit__(self, exc_type, exc, traceback):
         arena = self._arena
+        if self._thread != threading.get_ident():  # (it holds the arena's lock: leave it be)
+            raise DevallocError(
+                "a frame is exited by the thread that opened it, and only once "
+                "(`with arena.frame():` does both)"
+            )
+        self._thread = None
         try:
             arena._in_frame = False
             arena._frames += 1
@@ -326,6 +370,7 @@ class Arena:
         self._strategy = strategy
         self._kernel_key = (strategy, align)  # which compiled wrapper a kernel launches
         self._lock = threading.RLock()
+        self._id = next(_arena_ids)
         self._closed = False
         self._in_frame = False
         self._capture = None  # the Graph being recorded, while arena.capture() is open
@@ -345,7 +390,8 @@ class Arena:
         self._peak_arrays = 0  # the most a frame's or a capture's arrays took
         self._array_specs = {}  # (shape, dtype) -> (dims, strides, dtype, bytes)
         self._occupy(capacity, device, stream=0)  # DeviceMemoryError if it cannot
-        _open_arenas.add(self)
+        with _registry_lock:
+            _open_arenas.add(self)
         _register_exit()
 
     def _occupy(self, capacity, device, stream, totals=(0, 0), kernel_allocs=None):
@@ -373,12 +419,13 @@ class Arena:
         self._device_mallocs += 1
         moving = getattr(self, "_reserved_bytes", 0)  # (a resize frees the old memory after)
         self._reserved_bytes = L.allocation_bytes(capacity, self._align)
-        _process["device_mallocs"] += 1
-        others = sum(arena._reserved_bytes for arena in _open_arenas if arena is not self)
-        _process["peak_reserved_bytes"] = max(
-            _process["peak_reserved_bytes"], others + moving + self._reserved_bytes
-        )
-        self._reports = _Reports(memory, capacity)
+        with _registry_lock:
+            _process["device_mallocs"] += 1
+            others = sum(arena._reserved_bytes for arena in _open_arenas if arena is not self)
+            _process["peak_reserved_bytes"] = max(
+                _process["peak_reserved_bytes"], others + moving + self._reserved_bytes
+            )
+        self._reports = _Reports(memory, capacity, self._id)
         self._reports.stream = stream
         self._release = weakref.finalize(self, _queue_dropped, self._reports)
         self._release.atexit = False  # _at_exit takes care of it
@@ -430,13 +477,15 @@ class Arena:
         # Numba asks this of every kernel argument: say what to do instead.
         raise TypeError(
             "a devalloc.Arena can only be passed to a kernel decorated with "
-            "@devalloc.kernel (as its first argument), not to a plain @cuda.jit kernel"
+            "@devalloc.kernel, as its first argument: not to a plain @cuda.jit kernel, "
+            "nor as another argument (a kernel allocates from one arena)"
         )
 
     def _in_kernels_only(self, method):
         raise TypeError(
-            f"arena.{method}() works inside kernels decorated with @devalloc.kernel; "
-            "on the host, use arena.device_view(offset, shape, dtype)"
+            f"arena.{method}() works inside kernels decorated with @devalloc.kernel, on "
+            "the arena passed as their first argument; on the host, use "
+            "arena.device_view(offset, shape, dtype)"
         )
 
     def alloc(self, shape, dtype):
@@ -543,6 +592,7 @@ class Arena:
 
     def _replay(self, graph, stream):
         """`Graph.replay`: the captured launches as one frame of their own."""
+        require_stream(stream)
         with self._lock:
             if self._closed:
                 raise ArenaClosedError("cannot replay a graph of a closed arena")
@@ -566,7 +616,13 @@ class Arena:
             if graph._limit != self._limit_set:
                 self._set_limit(graph._limit, stream)
             reports.names.update(graph._names)
-            graph._recording.launch(stream)
+            try:
+                graph._recording.launch(stream)
+            except BaseException:
+                if SIMULATOR:  # its first node and launches ran, up to the exception
+                    self._end_launch(graph.launches)
+                    self._frames += 1
+                raise
             # Outside a frame, as a replay always is, this takes the slot the next
             # launch would have had: the one the replay used (see capture.py).
             self._end_launch(graph.launches)
@@ -576,14 +632,15 @@ class Arena:
         self._memory.set_limit(limit, stream)
         self._limit_set = limit
 
-    def _clear_live_region(self):
+    def _clear_live_region(self, keep_arrays=False):
         # The next launch allocates from the other slot, which the launch just
         # queued (or an earlier one) has already cleared on the device.
         if self._dirty:
             self._slot ^= 1
             self._dirty = False
             self._resets += 1
-        self._release_frame_arrays()
+        if not keep_arrays:
+            self._release_frame_arrays()
 
     def _release_frame_arrays(self, learn=True):
         taken = self._capacity - self._top
@@ -626,12 +683,21 @@ class Arena:
 
         Costs no CUDA call and never waits. If `stream` is given and differs
         from the stream of the last launch, it is made to wait for that launch.
+        Inside a frame, what its kernels allocated is emptied; its arrays
+        (`empty`) stay until it exits. Not inside ``arena.capture()``: a replay
+        is one frame, and a reset would not be recorded in it.
         """
+        require_stream(stream)
         with self._lock:
             self._require_open()
+            if self._capture is not None:
+                raise DevallocError(
+                    "arena.reset() cannot be recorded in arena.capture(): a replay is one "
+                    "frame. Capture the launches before and after the reset as two graphs."
+                )
             if stream is not None and stream is not self._reports.stream:
                 self._move_to(stream)
-            self._clear_live_region()
+            self._clear_live_region(keep_arrays=self._in_frame)
 
     def capture(self, stream=None):
         """Record the launches inside as one CUDA graph, not run:
@@ -645,7 +711,7 @@ class Arena:
         """
         from .capture import _Capture
 
-        return _Capture(self, stream)
+        return _Capture(self, require_stream(stream))
 
     def frame(self, *, check=True):
         """Launches inside share one lifetime: memory one kernel allocated stays
@@ -704,10 +770,24 @@ class Arena:
         ArenaOverflowError
             The arena has no room left for it (nothing is taken).
         """
-        try:
-            dims, strides, dtype, nbytes = self._array_specs[shape, dtype]
-        except (KeyError, TypeError):  # (TypeError: an unhashable shape, refused below)
-            dims, strides, dtype, nbytes = self._array_spec(shape, dtype)
+        # The specs seen before, for shapes of exact ints only: 2.0 == 2 would
+        # find 2's spec, and NumPy refuses a float shape.
+        plain = type(shape) is int
+        if type(shape) is tuple:
+            plain = True
+            for dim in shape:
+                if type(dim) is not int:
+                    plain = False
+                    break
+        spec = None
+        if plain:
+            try:
+                spec = self._array_specs.get((shape, dtype))
+            except TypeError:  # an unhashable dtype: refused below
+                pass
+        if spec is None:
+            spec = self._array_spec(shape, dtype)
+        dims, strides, dtype, nbytes = spec
         lock = self._lock  # (acquire and release: half the cost of a with statement)
         lock.acquire()
         try:
@@ -721,7 +801,7 @@ class Arena:
             reports = self._reports
             if stream is None:
                 stream = reports.stream
-            elif stream is not reports.stream and self._capture is None:
+            elif require_stream(stream) is not reports.stream and self._capture is None:
                 self._move_to(stream)
             # (Inside a capture, not graph.stream: a non-blocking stream, which the
             # replays' stream would not wait for when the user fills the array.)
@@ -752,8 +832,8 @@ class Arena:
         itemsize = spec_dtype.itemsize
         strides = tuple(itemsize * math.prod(dims[i + 1 :]) for i in range(len(dims)))
         spec = (dims, strides, spec_dtype, math.prod(dims) * itemsize)
-        if len(self._array_specs) < 1024:
-            self._array_specs[shape, dtype] = spec
+        if len(self._array_specs) < 1024 and type(shape) in (int, tuple):
+            self._array_specs[shape, dtype] = spec  # (a dtype it takes is hashable)
         return spec
 
     def _lower_limit(self, start, shape, dtype, nbytes):
@@ -776,7 +856,13 @@ class Arena:
                 return
             free = self._top - used
         name = f"arena.empty({shape!r}, {np.dtype(dtype)})"
-        raise ArenaOverflowError(name, self._capacity, nbytes, 1, free=max(free, 0))
+        error = ArenaOverflowError(name, self._capacity, nbytes, 1, free=max(free, 0))
+        error._arena_id = self._id
+        raise error
+
+    def _overflowed(self, error):
+        """Whether `error` (an `ArenaOverflowError`) reports this arena."""
+        return getattr(error, "_arena_id", None) == self._id
 
     def stats(self):
         """Wait for this arena's launches and return an `ArenaStats` snapshot.
@@ -912,7 +998,8 @@ class Arena:
                 self._report_failures()  # refuses, saying why
             self._closed = True
             self._release.detach()
-            _open_arenas.discard(self)
+            with _registry_lock:
+                _open_arenas.discard(self)
             error = self._reports.release()
         if error is not None:
             raise error
@@ -924,3 +1011,16 @@ class Arena:
     def __exit__(self, exc_type, exc, traceback):
         close_on_exit(self.close, exc, "the arena")
         return False
+
+    def __reduce__(self):
+        # A copy would share the device memory and free it when either closes.
+        raise TypeError(
+            "an Arena owns its device memory and cannot be copied or pickled: pass the "
+            "arena itself (in Dask, `devalloc.dask.worker_arena` gives each worker one)"
+        )
+
+    def __copy__(self):
+        self.__reduce__()
+
+    def __deepcopy__(self, memo):
+        self.__reduce__()

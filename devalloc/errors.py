@@ -40,7 +40,8 @@ class DeviceMemoryError(DevallocError, MemoryError):
     Attributes
     ----------
     requested : int
-        Bytes asked for (the data region and the arena's header).
+        Bytes asked for: the data region (the arena's header and failure
+        record come on top).
     free : int or None
         Bytes the device had free, where known.
     """
@@ -68,6 +69,13 @@ class NoGpuError(DevallocError, RuntimeError):
 
 # What arena.alloc/view say of a dtype they refuse, on the GPU and the simulator alike.
 DTYPE_HINT = "dtype must be a NumPy number or bool type such as np.float32"
+
+
+def numba_number(dtype):
+    """Whether NumPy `dtype` is a number or bool type Numba's CUDA target types:
+    native byte order, no float128 or complex256 (`np.longdouble`)."""
+    widest = 16 if dtype.kind == "c" else 8
+    return dtype.kind in "biufc" and dtype.isnative and dtype.itemsize <= widest
 
 
 def _asked(requested):
@@ -119,11 +127,15 @@ class ArenaOverflowError(DevallocError, MemoryError):
             if not_launched is None
             else f" The launch of {not_launched!r} that found this report was not made."
         )
+        advice = (
+            "Check the sizes the kernel asks for: no arena holds a negative one."
+            if requested < 0
+            else "Make the arena larger or allocate less per launch or frame."
+        )
         super().__init__(
             f"arena overflow in kernel {kernel!r}: {failed} allocation(s) failed, the "
             f"largest asking for {_asked(requested)}, and the arena's capacity is "
-            f"{capacity} bytes. Make the arena larger or allocate less per launch or "
-            f"frame.{skipped}"
+            f"{capacity} bytes. {advice}{skipped}"
         )
 
 

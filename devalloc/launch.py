@@ -41,7 +41,7 @@ from numba import cuda, int64, types
 
 from . import layout as L
 from .allocator import enter_block, enter_views, leave_block, resolve_slot
-from .arena import Arena
+from .arena import Arena, require_stream
 from .backend import SIMULATOR, arena_maker, array_at, device_function, jit_kernel
 from .errors import DevallocError
 from .numba_compat import compiling_for, direct_launch
@@ -188,6 +188,11 @@ class Kernel:
     def __init__(self, py_func, options):
         if options.get("cache"):
             raise ValueError("@devalloc.kernel does not support cache=True yet")
+        if options.get("device"):
+            raise TypeError(
+                "@devalloc.kernel makes kernels: a device function that allocates is a "
+                "@cuda.jit(device=True) function called from one, with the arena passed on"
+            )
         self.py_func = py_func
         self._options = dict(options)
         self._params = _user_parameters(py_func)
@@ -209,7 +214,10 @@ class Kernel:
         )
 
     def __getitem__(self, config):
-        launcher = self._launchers.get(config)
+        try:
+            launcher = self._launchers.get(config)
+        except TypeError:  # unhashable (a list in it): checked, not kept
+            return _Launcher(self, config)
         if launcher is None:
             if len(self._launchers) >= _MAX_CACHED_LAUNCHERS:
                 self._launchers.clear()
@@ -267,8 +275,11 @@ class Kernel:
 
 
 def refuse_runtime_dtypes(args):
-    """A dtype cannot be a kernel argument: ``arena.alloc`` is compiled for one."""
+    """A dtype cannot be a kernel argument: ``arena.alloc`` is compiled for one.
+    Nor can another arena (the GPU refuses it while typing: `Arena._numba_type_`)."""
     for arg in args:
+        if isinstance(arg, Arena):
+            arg._numba_type_()
         if isinstance(arg, np.dtype) or (isinstance(arg, type) and issubclass(arg, np.generic)):
             raise TypeError(
                 f"a dtype cannot be a kernel argument (got {arg!r}): the GPU compiles "
@@ -324,7 +335,17 @@ class _Launcher:
         self._name = kernel.__qualname__
         self._griddim = config[0]
         self._rest = config[1:]
-        self._stream = config[2] if len(config) > 2 else 0
+        self._stream = require_stream(config[2]) if len(config) > 2 else 0
+        if len(config) > 3:
+            shared = config[3]
+            if isinstance(shared, bool) or not isinstance(shared, (int, np.integer)):
+                raise TypeError(
+                    f"the dynamic shared memory must be an int of bytes (got {shared!r})"
+                )
+            if shared < 0:
+                raise ValueError(
+                    f"the dynamic shared memory must be 0 or more bytes (got {shared})"
+                )
         self._warps = math.prod(blocks) * -(-threads // 32)
         self._configured = {}
 

@@ -5,6 +5,7 @@ number of them stays small: one to start, one to settle, one per growth, and
 growth is geometric."""
 
 import math
+import operator
 from dataclasses import dataclass
 
 from .errors import ArenaOverflowError
@@ -42,12 +43,14 @@ class Sizing:
             raise ValueError(f"headroom must be a finite number, 1 or more (got {self.headroom!r})")
         if not _finite(self.growth) or not self.growth > 1:
             raise ValueError(f"growth must be a finite number, more than 1 (got {self.growth!r})")
-        if isinstance(self.measure, bool) or not isinstance(self.measure, int) or self.measure < 1:
+        measure = _int_or_none(self.measure)
+        if measure is None or measure < 1:
             raise ValueError(f"measure must be an int, 1 or more (got {self.measure!r})")
-        if self.max_nbytes is not None and not (
-            isinstance(self.max_nbytes, int) and self.max_nbytes > 0
-        ):
+        max_nbytes = _int_or_none(self.max_nbytes)
+        if self.max_nbytes is not None and (max_nbytes is None or max_nbytes <= 0):
             raise ValueError(f"max_nbytes must be a positive int or None (got {self.max_nbytes!r})")
+        object.__setattr__(self, "measure", measure)  # (NumPy ints as plain ones)
+        object.__setattr__(self, "max_nbytes", max_nbytes)
 
     def grown(self, capacity, overflow):
         """The size to run a frame again in after `overflow` (an
@@ -66,6 +69,16 @@ class Sizing:
         return larger
 
 
+def _int_or_none(value):
+    """`value` as an int if it is one (a NumPy int too, not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _finite(number):
     is_number = isinstance(number, (int, float)) and not isinstance(number, bool)
     return is_number and math.isfinite(number)
@@ -79,6 +92,8 @@ def run_sized(arena, frame, args, kwargs):
                 result = frame(*args, **kwargs)
             break
         except ArenaOverflowError as overflow:
+            if not arena._overflowed(overflow):  # another arena's: growing this one won't help
+                raise
             larger = arena.sizing.grown(arena.capacity, overflow)
             if larger is None:
                 raise

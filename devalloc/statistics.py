@@ -17,11 +17,14 @@ class ArenaStats:
     current_bytes : int
         Bytes the live region has taken from the arena: in kernels (with
         ``warp_slab``, whole slabs: what a warp has reserved, not only what it
-        handed out) and as frame arrays (`Arena.empty`).
+        handed out) and as frame arrays (`Arena.empty`). Outside a frame it
+        is 0 between launches: the next launch starts with an empty arena.
     peak_bytes : int
         Largest in-kernel ``current_bytes`` since the arena was made, plus
         ``peak_frame_array_bytes``: never less than the largest
-        ``current_bytes``, and what the arena must hold.
+        ``current_bytes``. The two peaks may come from different frames, so
+        this is an upper bound of what a frame needs (what `Arena.run` sizes
+        from), and may exceed ``capacity_bytes`` with nothing failed.
     requested_bytes : int
         What the live region's successful allocations asked for, each rounded
         up to 16 bytes (to a multiple of ``align`` if at least ``align``). Size an
@@ -34,8 +37,9 @@ class ArenaStats:
     failed_allocs : int
         Allocations that returned a zero-size array for lack of space.
     resets : int
-        Times the live region was emptied (each launch outside a frame, each
-        frame exit, each explicit `reset`).
+        Times the live region was emptied: after each launch outside a frame,
+        and at each frame exit or explicit `reset` that followed a launch
+        (emptying an arena no launch has used since is not counted).
     launches : int
         Kernel launches on this arena.
     device_mallocs : int
@@ -46,8 +50,9 @@ class ArenaStats:
     peak_frame_array_bytes : int
         The most any frame's arrays held.
     current_allocs : int
-        Successful in-kernel allocations of the live region: the frame so far,
-        or the latest launch outside a frame.
+        Successful in-kernel allocations of the live region: the frame's so
+        far (0 outside a frame, as ``current_bytes``; the launches' are in
+        ``total_allocs``).
     frames : int
         Frames run: ``arena.frame()`` exits and replays of captured graphs.
     allocs_by_kernel : dict of str to int

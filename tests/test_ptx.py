@@ -148,6 +148,10 @@ def test_without_a_gpu_the_error_says_how_to_simulate():
         pytest.skip("this machine has a GPU")
     with pytest.raises(devalloc.NoGpuError, match="NUMBA_ENABLE_CUDASIM=1"):
         devalloc.Arena(1024)
+    from devalloc.allocators import numba as pool  # its stats said Numba's own error
+
+    with pytest.raises(devalloc.NoGpuError, match="NUMBA_ENABLE_CUDASIM=1"):
+        pool.stats()
 
 
 @pytest.mark.ptx

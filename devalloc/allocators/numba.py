@@ -48,7 +48,7 @@ import contextlib
 import threading
 from dataclasses import dataclass
 
-from ..errors import CudaError, MemoryManagerError, PoolMemoryError
+from ..errors import CudaError, MemoryManagerError, NoGpuError, PoolMemoryError
 from ..numba_compat import SIMULATOR
 
 __all__ = ["DevallocMemoryManager", "PoolStats", "reset_peak", "stats"]
@@ -66,8 +66,8 @@ else:
     from cuda.bindings import driver as cu
 
     from ..cuda_graphs import driver_call as _check
+    from ..numba_compat import CudaSupportError, MemoryInfo, current_memory_manager
     from ..numba_compat import HostOnlyCUDAMemoryManager as _MemoryManagerBase
-    from ..numba_compat import MemoryInfo, current_memory_manager
     from ..numba_compat import MemoryPointer as _PointerBase
 
     _SUCCESS = cu.CUresult.CUDA_SUCCESS
@@ -119,7 +119,8 @@ def stats():
     """`PoolStats` of the current context's pool.
 
     Raises `MemoryManagerError` when `DevallocMemoryManager` is not Numba's
-    memory manager in this process (and always on the simulator).
+    memory manager in this process (and always on the simulator), `NoGpuError`
+    without a GPU.
     """
     return _manager_in_use().pool_stats()
 
@@ -132,7 +133,10 @@ def reset_peak():
 def _manager_in_use():
     if SIMULATOR:
         raise MemoryManagerError(_ON_THE_SIMULATOR)
-    manager = current_memory_manager()
+    try:
+        manager = current_memory_manager()
+    except CudaSupportError as error:  # as Arena() says it
+        raise NoGpuError(error) from None
     if not isinstance(manager, DevallocMemoryManager):
         raise MemoryManagerError(
             f"devalloc's memory manager is not in use: Numba allocates with "

@@ -15,13 +15,11 @@ import numpy as np
 
 from .. import layout as L
 from ..allocator import group_alloc, request_bytes
-from ..errors import DTYPE_HINT
+from ..errors import DTYPE_HINT, numba_number
 from ..numba_compat import numpy_dtype_of
 from .device_memory import array_at, buffer_at
 
 __all__ = ["SimKernelArena", "arena_maker"]
-
-_KINDS = "biufc"  # bool, int, uint, float, complex
 
 
 def _dtype(dtype, method):
@@ -30,7 +28,7 @@ def _dtype(dtype, method):
     dtype = numpy_dtype_of(dtype)
     if isinstance(dtype, type) and issubclass(dtype, np.generic):
         dtype = np.dtype(dtype)
-    if not isinstance(dtype, np.dtype) or dtype.kind not in _KINDS:
+    if not isinstance(dtype, np.dtype) or not numba_number(dtype):
         raise TypeError(f"arena.{method}: {DTYPE_HINT} (got {dtype!r})")
     return dtype
 
