@@ -205,7 +205,7 @@ def judge(results):
             goal = 1.1 if row["threads"] <= 100_000 else 1.2
             strategy = row.get("strategy", "warp_slab")  # (runs before 2026-12-04: warp_slab)
             floor = ""
-            if "by_hand_ratio" in row:  # (runs before 2026-12-05: no floor)
+            if "by_hand_ratio" in row:  # (runs before 96d25fc: no floor)
                 floor = f" (one atomic a warp by hand: {row['by_hand_ratio']:.3f}x)"
             target(f"single-shot vs preallocated, {row['threads']:,} threads, {strategy}",
                    f"{row['ratio']:.3f}x{floor}", f"<= {goal}x", row["ratio"] <= goal)  # fmt: skip

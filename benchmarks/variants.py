@@ -60,7 +60,7 @@ def measure():
             launches.append(lambda: K.launch_may_allocate[blocks, block](arena, out))
         figures["nothing_1M_us"] = [ms * 1e3 for ms in M.interleaved_ms(launches, reps=9)]
     for threads in (10_000, 100_000, 1 << 20):
-        own, pre, *_ = M.single_shot_ms(threads, reps=9)  # (copies before 2026-12-05: two)
+        own, pre, *_ = M.single_shot_ms(threads, reps=9)  # (copies before 96d25fc: two)
         figures[f"single_shot_{threads}"] = [own * 1e3, pre * 1e3, own / pre]
     own, pre, *_ = M.single_shot_ms(1 << 20, reps=9, strategy="bump")
     figures["single_shot_bump_1048576"] = [own * 1e3, pre * 1e3, own / pre]

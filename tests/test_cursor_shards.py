@@ -279,7 +279,7 @@ def test_a_request_too_large_for_the_rest_of_a_grant_leaves_the_rest_to_smaller_
     """The first take past the end of a grant, finding no room in the arena for
     another grant, marked the shard spent: the rest of the grant was lost, and
     a smaller request it had room for failed too (found by a hostile probe,
-    2026-12-05). Now the shard keeps the rest (`allocator.keep_rest`). Here
+    2026-12-04). Now the shard keeps the rest (`allocator.keep_rest`). Here
     the grant is [0, 768): 512 B taken, then the cursor's rest by a request
     too large for a grant, then 512 B (fails: 256 B are left), then 256 B
     (the grant's rest), then 16 B (nothing left: fails)."""

@@ -1,4 +1,4 @@
-"""The host API as a hostile user drives it (2026-12-05 audit), each hole found
+"""The host API as a hostile user drives it (2026-12-04 audit), each hole found
 as a test: arenas made from several threads at once, a reset inside a capture
 or a frame, a frame run in a self-sizing arena that another arena overflows,
 a replay that raises, arenas copied or pickled, a frame exited from the wrong
@@ -271,7 +271,7 @@ def test_an_overflow_of_invalid_sizes_does_not_say_to_grow_the_arena():
 )
 def test_dtypes_numba_cannot_type_are_refused_on_the_host_and_in_kernels(dtype):
     # The simulator and the host took float128 and big-endian dtypes, which
-    # the GPU's typing refuses (sm_90 PTX, 2026-12-05).
+    # the GPU's typing refuses (sm_90 PTX, 2026-12-04).
     if dtype.isnative and dtype.itemsize <= (16 if dtype.kind == "c" else 8):
         pytest.skip(f"{dtype} is a plain type on this platform")
 
