@@ -195,6 +195,8 @@ _open_arenas = weakref.WeakSet()
 # over it raises (seen making arenas from four threads at once).
 _registry_lock = threading.Lock()
 _arena_ids = itertools.count()
+# The streams arena.capture() records on, while it does (see `Arena._launch`).
+_capturing_streams = []
 _exit_registered = []
 _process = {"device_mallocs": 0, "peak_reserved_bytes": 0}  # for `stats`
 
@@ -519,6 +521,8 @@ class Arena:
             if self._memory.check_context:
                 self._require_context(launcher._name)
             stream = launcher._stream
+            if _capturing_streams and stream:
+                self._refuse_joining_a_capture(stream, launcher._name)
             if stream is not reports.stream and stream != reports.stream:
                 self._move_to(stream)
             if self._limit != self._limit_set:
@@ -539,6 +543,16 @@ class Arena:
                 self._resets += 1
         finally:
             lock.release()
+
+    def _refuse_joining_a_capture(self, stream, name):
+        """A devalloc launch on another arena's capture stream would be recorded
+        in its graph with this arena's handle of now: its replays would neither
+        reset this arena nor report to it."""
+        if any(stream is capturing for capturing in _capturing_streams):
+            raise DevallocError(
+                f"{name}: this arena is not the one capturing on that stream; capture "
+                "each arena's launches with its own arena.capture(), as graphs of their own"
+            )
 
     def _require_context(self, what):
         """Refuse, before anything is queued, to launch in another GPU's context:
@@ -596,6 +610,8 @@ class Arena:
         with self._lock:
             if self._closed:
                 raise ArenaClosedError("cannot replay a graph of a closed arena")
+            if not graph._recording.replayable:  # (before anything is counted)
+                raise DevallocError("this graph was closed, or its capture did not finish")
             if graph._moves != self._moves:
                 raise DevallocError(
                     "this graph was captured before arena.resize() moved the arena: its "

@@ -29,6 +29,7 @@ from numba import cuda
 
 from . import layout as L
 from .allocator import begin_replay
+from .arena import _capturing_streams
 from .backend import Recording, array_at
 from .errors import DevallocError
 
@@ -119,11 +120,13 @@ class _Capture:
             raise
         arena._capture = self._graph
         arena._limit = arena._capacity  # (no reserve: its arrays are known before it runs)
+        _capturing_streams.append(self._graph.stream)
         return self._graph
 
     def __exit__(self, exc_type, exc, traceback):
         arena = self._arena
         try:
+            _capturing_streams.remove(self._graph.stream)
             arena._capture = None
             self._graph._limit = arena._limit  # its kernels stop below its frame arrays
             arena._release_frame_arrays(learn=False)

@@ -184,6 +184,11 @@ class Recording:
     def abandon(self):
         self._capture.abandon()
 
+    @property
+    def replayable(self):
+        """Whether it was finished and not closed since."""
+        return self._capture._exec is not None
+
     def launch(self, stream):
         self._capture.launch(stream)
 

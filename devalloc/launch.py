@@ -366,6 +366,13 @@ class _Launcher:
 
     def _record(self, arena, args):
         """Inside ``arena.capture()``: the launch becomes a node of the graph."""
+        for arg in args:
+            if isinstance(arg, np.ndarray):
+                raise TypeError(
+                    f"{self._name}: inside arena.capture(), pass device arrays "
+                    "(cuda.to_device), not NumPy arrays: Numba would copy a host array "
+                    "once, while capturing, not at each replay"
+                )
         graph = arena._capture
         if self._stream and self._stream is not graph.stream:
             raise DevallocError(

@@ -19,13 +19,14 @@ at the frame's exit: waiting there would serialize the streams.
 
 import operator
 import threading
+import warnings
 from contextlib import nullcontext
 from typing import NamedTuple
 
 from numba import cuda
 
 from .arena import Arena, close_on_exit
-from .errors import ArenaClosedError
+from .errors import ArenaClosedError, ArenaOverflowWarning
 
 __all__ = ["ArenaRing", "RingSlot"]
 
@@ -90,7 +91,12 @@ class ArenaRing:
         if not 1 <= n <= 64:
             raise ValueError(f"n must be from 1 to 64 frames in flight (got {n})")
         if streams is not None:
-            streams = list(streams)
+            try:
+                streams = list(streams)
+            except TypeError:
+                raise TypeError(
+                    f"streams must be a sequence of {n} Numba streams (got {streams!r})"
+                ) from None
             if len(streams) != n:
                 raise ValueError(f"streams must give one stream per slot: {n} (got {len(streams)})")
             keys = [_stream_key(stream) for stream in streams]
@@ -155,19 +161,28 @@ class ArenaRing:
         return [slot.arena.stats() for slot in self._slots]
 
     def close(self):
-        """Wait for every slot and release the arenas; raise the first unreported
-        overflow after all are released."""
+        """Wait for every slot and release the arenas; then raise the first
+        unreported overflow, the other slots' joined to it as notes (on Python
+        3.10, as `ArenaOverflowWarning` s)."""
         self._closed = True
-        first = None
+        errors = []
         for slot in self._slots:
             try:
                 slot.arena.close()
             except Exception as error:  # close the others first
-                first = first or error
-        if first is not None:
+                errors.append(error)
+        if errors:
+            first = errors[0]
+            for other in errors[1:]:  # an overflow is never lost
+                if hasattr(first, "add_note"):
+                    first.add_note(f"another slot: {other}")
+                else:
+                    warnings.warn(f"another slot: {other}", ArenaOverflowWarning, stacklevel=2)
             raise first
 
     def __enter__(self):
+        if self._closed:
+            raise ArenaClosedError("this ring is closed")
         return self
 
     def __exit__(self, exc_type, exc, traceback):

@@ -142,7 +142,7 @@ def test_a_replay_that_raises_leaves_the_next_launch_an_empty_arena():
     with devalloc.Arena(1024, align=16) as arena:
         out = cuda.to_device(poisoned(4, np.int64))
         with arena.capture() as graph:
-            fragile[1, 4](arena, np.array([1]), out)
+            fragile[1, 4](arena, cuda.to_device(np.array([1])), out)
         with pytest.raises(ValueError, match="boom"):
             graph.replay()
         assert sorted(offsets(arena, 256)) == [0, 256, 512, 768]
@@ -325,3 +325,48 @@ def test_dynamic_shared_memory_that_cuda_refuses_is_refused(shared, error):
             take[1, 4, 0, shared](arena, 256, out)
         take[1, 4, 0, 0](arena, 256, out)
         assert sorted(out.copy_to_host()) == [0, 256, 512, 768]
+
+
+def test_a_refused_replay_counts_nothing_and_the_next_launch_starts_empty():
+    # On the simulator a replay of a closed graph (or of a capture that raised)
+    # was refused but counted as a frame, and moved the host to the slot the
+    # latest launch had used: the next launch found that launch's memory taken.
+    with devalloc.Arena(1024, align=16) as arena:
+        with arena.capture() as closed:
+            take[1, 4](arena, 256, cuda.to_device(poisoned(4, np.int64)))
+        closed.close()
+        with pytest.raises(RuntimeError), arena.capture() as abandoned:
+            take[1, 4](arena, 256, cuda.to_device(poisoned(4, np.int64)))
+            raise RuntimeError("the capture fails")
+        assert sorted(offsets(arena, 256)) == [0, 256, 512, 768]
+        before = arena.stats()
+        for graph in (closed, abandoned):
+            with pytest.raises(devalloc.DevallocError, match="closed, or its capture did not"):
+                graph.replay()
+        after = arena.stats()
+        assert (after.launches, after.frames, after.resets) == (
+            before.launches, before.frames, before.resets)  # fmt: skip
+        assert sorted(offsets(arena, 256)) == [0, 256, 512, 768]
+        arena.check()
+
+
+def test_a_capture_refuses_host_arrays_and_another_arenas_launches_on_its_stream():
+    # Both were taken: a host array is copied by Numba while capturing, not at
+    # each replay (the simulator wrote into it at every replay), and a launch
+    # of another arena on graph.stream would join this graph with that arena's
+    # handle of the moment: its replays would not reset it.
+    with devalloc.Arena(1024, align=16) as arena, devalloc.Arena(1024, align=16) as other:
+        out = cuda.to_device(poisoned(4, np.int64))
+        with arena.capture() as graph:
+            with pytest.raises(TypeError, match="pass device arrays"):
+                take[1, 4](arena, 256, poisoned(4, np.int64))
+            with pytest.raises(devalloc.DevallocError, match=r"its own arena\.capture"):
+                take[1, 4, graph.stream](other, 256, out)
+            take[1, 4](arena, 256, out)
+        assert graph.launches == 1
+        graph.replay()
+        arena.check()
+        assert sorted(out.copy_to_host()) == [0, 256, 512, 768]
+        assert other.stats().launches == 0
+        take[1, 4, graph.stream](other, 256, out)  # after the capture: a stream as any other
+        other.check()

@@ -96,6 +96,8 @@ def test_a_frames_overflow_is_reported_at_its_slots_next_launch_not_at_its_exit(
         ((2, 1024), {"streams": [0, 0]}, ValueError, "default stream"),
         ((3, 1024), {"streams": [object(), object()]}, ValueError, "one stream per slot"),
         ((2, 1024), {"strategy": "nope"}, ValueError, "strategy"),
+        ((3, 1024), {"streams": 3}, TypeError, "sequence of 3 Numba streams"),
+        ((2, 1024), {"streams": [object(), object()]}, TypeError, "must be a Numba stream"),
     ],
 )
 def test_bad_rings_are_refused(args, kwargs, error, message):
@@ -119,6 +121,21 @@ def test_a_closed_ring_refuses_frames_and_closes_every_arena():
     with pytest.raises(devalloc.ArenaClosedError):
         ring.frame()
     ring.close()  # twice is harmless
+
+
+def test_closing_a_ring_reports_every_slots_overflow():
+    # Only the first slot's was raised; the others' were lost.
+    ring = devalloc.ArenaRing(3, 1024)
+    for _ in range(3):
+        with ring.frame() as slot:
+            take[1, 4, slot.stream](slot.arena, np.array([4096]), poisoned(4, np.int64))
+    with pytest.raises(devalloc.ArenaOverflowError) as raised:
+        ring.close()
+    notes = getattr(raised.value, "__notes__", [])
+    assert len(notes) == 2 and all("another slot" in note for note in notes), notes
+    ring.close()  # reported once: closing again says nothing
+    with pytest.raises(devalloc.ArenaClosedError), ring:
+        pass
 
 
 def test_threads_taking_frames_get_different_slots():

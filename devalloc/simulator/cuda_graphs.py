@@ -28,6 +28,11 @@ class Recording:
     def abandon(self):
         self._calls = None
 
+    @property
+    def replayable(self):
+        """Whether it was finished and not closed since."""
+        return self._calls is not None
+
     def launch(self, stream):
         if self._calls is None:
             raise DevallocError("this graph was closed, or its capture did not finish")
