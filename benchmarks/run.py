@@ -25,9 +25,11 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare as C
+from numba import cuda
 
 import devalloc
 import measure as M
+from devalloc.backend import SIMULATOR
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALLOCATORS = ["warp_slab", "bump", "naive_bump", "warp_aggregated", "hand_slab", "device_malloc"]
@@ -254,6 +256,11 @@ def main():
     args = parser.parse_args()
     if args.comparisons_from and not list(args.comparisons_from.glob("*.json")):
         parser.error(f"--comparisons-from {args.comparisons_from}: no results files in it")
+    if not SIMULATOR and not cuda.is_available():
+        parser.error(
+            "no CUDA GPU here: the benchmarks time a GPU (NUMBA_ENABLE_CUDASIM=1 runs them "
+            "on the simulator, to check they run: its figures measure nothing)"
+        )
 
     env = M.environment()
     print(f"{env['gpu']} (cc {env['compute_capability']}), numba-cuda {env['numba_cuda']}")

@@ -311,6 +311,33 @@ class _Frame:
         return False
 
 
+def checked_arena_options(nbytes, align=256, strategy="warp_slab", device=None, sizing=None):
+    """`Arena`'s arguments checked (no memory reserved): ``(nbytes, align)`` as ints."""
+    nbytes = _positive_int(nbytes, "nbytes")
+    align = _positive_int(align, "align")
+    if align & (align - 1) or not MIN_ALIGN <= align <= MAX_ALIGN:
+        raise ValueError(
+            f"align must be a power of two from {MIN_ALIGN} to {MAX_ALIGN} (got {align})"
+        )
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
+    if device is not None and _int(device, "device") < 0:
+        raise ValueError(f"device must be a GPU number, 0 or more (got {device})")
+    if nbytes > L.MAX_CAPACITY:
+        raise ValueError(
+            f"nbytes must be at most {L.MAX_CAPACITY} (4 TiB) for one arena (got {nbytes})"
+        )
+    if sizing is not None:
+        _checked_sizing(sizing)
+    return nbytes, align
+
+
+def _checked_sizing(sizing):
+    if not isinstance(sizing, Sizing):
+        raise TypeError(f"sizing must be a devalloc.Sizing (got {type(sizing).__name__})")
+    return sizing
+
+
 class Arena:
     """Device memory reserved once, handed out inside kernels.
 
@@ -351,20 +378,7 @@ class Arena:
     """
 
     def __init__(self, nbytes, *, align=256, strategy="warp_slab", device=None, sizing=None):
-        nbytes = _positive_int(nbytes, "nbytes")
-        align = _positive_int(align, "align")
-        if align & (align - 1) or not MIN_ALIGN <= align <= MAX_ALIGN:
-            raise ValueError(
-                f"align must be a power of two from {MIN_ALIGN} to {MAX_ALIGN} (got {align})"
-            )
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
-        if device is not None and _int(device, "device") < 0:
-            raise ValueError(f"device must be a GPU number, 0 or more (got {device})")
-        if nbytes > L.MAX_CAPACITY:
-            raise ValueError(
-                f"nbytes must be at most {L.MAX_CAPACITY} (4 TiB) for one arena (got {nbytes})"
-            )
+        nbytes, align = checked_arena_options(nbytes, align, strategy, device, sizing)
         capacity = (nbytes + L.GRANULE - 1) & -L.GRANULE
         release_dropped()  # before reserving: their memory may be what this one needs
 
@@ -942,9 +956,7 @@ class Arena:
 
     @sizing.setter
     def sizing(self, sizing):
-        if not isinstance(sizing, Sizing):
-            raise TypeError(f"sizing must be a devalloc.Sizing (got {type(sizing).__name__})")
-        self._sizing = sizing
+        self._sizing = _checked_sizing(sizing)
 
     def run(self, frame, /, *args, **kwargs):
         """Run ``frame(*args, **kwargs)`` as one frame of an arena that sizes itself,

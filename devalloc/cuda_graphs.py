@@ -7,6 +7,7 @@ kernel launches onto a stream in capture mode are recorded, not run.
 """
 
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -26,6 +27,22 @@ def driver_call(result, what):
     if error != cu.CUresult.CUDA_SUCCESS:
         raise CudaError(getattr(error, "name", str(error)), what)
     return values[0] if len(values) == 1 else values
+
+
+# Graphs dropped while their thread was capturing: closing one then would call
+# CUDA inside the capture (a stream's destruction waits for its work, which
+# ends a capture in error), so they are closed when the capture ends.
+_this_thread = threading.local()
+
+
+def _close_when_safe(capture):
+    """A dropped Graph's finalizer: close its capture now, or once this thread's
+    capture has ended."""
+    pending = getattr(_this_thread, "pending", None)
+    if pending is not None:
+        pending.append(capture)
+    else:
+        capture.close()
 
 
 def stream_handle(stream):
@@ -73,6 +90,8 @@ class StreamCapture:
             self._destroy_stream()
             raise
         self._capturing = True
+        self._outer_pending = getattr(_this_thread, "pending", None)  # (captures may nest)
+        _this_thread.pending = []
         self._side = None
 
     def side_stream(self):
@@ -107,6 +126,9 @@ class StreamCapture:
             return driver_call(cu.cuStreamEndCapture(self._handle), "cuStreamEndCapture")
         finally:
             self._deferred.__exit__(None, None, None)
+            pending, _this_thread.pending = _this_thread.pending, self._outer_pending
+            for capture in pending:
+                _close_when_safe(capture)  # (now, or at the end of an outer capture)
             if self._side is not None:  # the graph holds the dependencies, not the events
                 handle, fork, done = self._side
                 self._side = None
@@ -164,7 +186,7 @@ class Recording:
             first_node[1, 1](Recording._warm.device_ctypes_pointer.value)
         self._capture = StreamCapture(stream)
         self.stream = self._capture.stream
-        self._finalizer = weakref.finalize(self, self._capture.close)
+        self._finalizer = weakref.finalize(self, _close_when_safe, self._capture)
         try:
             first_node[1, 1, self._capture.side_stream()](header_address)
         except BaseException:  # never leave a capture open behind an error

@@ -22,7 +22,7 @@ to the thread that opened it, so a worker's threads would take turns anyway.
 
 from distributed import WorkerPlugin, get_worker
 
-from .arena import Arena, _positive_int
+from .arena import Arena, checked_arena_options
 from .errors import DevallocError
 
 __all__ = ["ArenaPlugin", "worker_arena"]
@@ -40,7 +40,8 @@ class ArenaPlugin(WorkerPlugin):
     name = PLUGIN_NAME
 
     def __init__(self, nbytes, **options):
-        self.nbytes = _positive_int(nbytes, "nbytes")
+        # Checked here, on the client, not first on every worker.
+        self.nbytes, _ = checked_arena_options(nbytes, **options)
         self.options = options
         self.arena = None  # made on the worker, never on the client
 
@@ -58,12 +59,15 @@ def worker_arena():
     try:
         worker = get_worker()
     except ValueError:
-        message = "worker_arena() gives a Dask worker's arena: call it in a task"
-        raise DevallocError(message) from None
+        raise DevallocError(
+            "worker_arena() gives a Dask distributed worker's arena: call it in a task "
+            "that a distributed Client's workers run (not Dask's local schedulers)"
+        ) from None
     plugin = worker.plugins.get(PLUGIN_NAME)
     if plugin is None or plugin.arena is None:
         raise DevallocError(
             "this Dask worker has no devalloc arena: register one with "
-            "client.register_plugin(devalloc.dask.ArenaPlugin(nbytes)) first"
+            "client.register_plugin(devalloc.dask.ArenaPlugin(nbytes)) first (if you did, "
+            "its setup failed on this worker: see the worker's log)"
         )
     return plugin.arena

@@ -226,6 +226,8 @@ def main(argv=None):
         parser.error("--longest must be at least --shortest, --threads from 1 to 1024")
     if args.dim > MAX_DIM:
         parser.error(f"--dim must be at most {MAX_DIM}")
+    if args.out is not None and args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder: name the results file")
     batch = make_batch(args.sequences, args.shortest, args.longest, args.heads, args.dim)
     lengths = batch[4]
     where = "the GPU" if gpu else "Numba's CUDA simulator (no GPU found): tiny shapes"

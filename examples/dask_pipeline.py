@@ -77,7 +77,7 @@ def main(argv=None):
     parser.add_argument("--check", type=int, default=2, help="frames checked here")
     args = parser.parse_args(argv)
     width, height = args.size or ((1920, 1080) if gpu else (24, 16))
-    workers = args.workers or (len(cuda.gpus) if gpu else 1)
+    workers = args.workers if args.workers is not None else (len(cuda.gpus) if gpu else 1)
     if args.frames < 1 or workers < 1 or args.check < 0:
         parser.error("--frames and --workers must be at least 1, --check at least 0")
     if SIMULATOR and workers > 1:

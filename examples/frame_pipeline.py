@@ -749,9 +749,29 @@ def parse_size(text):
         raise argparse.ArgumentTypeError(
             f"expected WIDTHxHEIGHT such as 1920x1080 (got {text!r})"
         ) from None
-    if width < 8 or height < 8:
-        raise argparse.ArgumentTypeError(f"frames must be at least 8x8 (got {text!r})")
+    if not (8 <= width <= MAX_SIDE and 8 <= height <= MAX_SIDE):
+        raise argparse.ArgumentTypeError(
+            f"frames must be from 8x8 to {MAX_SIDE}x{MAX_SIDE} (got {text!r})"
+        )
     return width, height
+
+
+MAX_SIDE = 16384  # CUDA's largest 2-D texture side: larger frames are no camera's
+MAX_ARENA_MIB = 4 << 20  # devalloc's largest arena, 4 TiB
+
+
+def parse_mib(text):
+    """--arena-mib: a finite size above 0, at most an arena's largest."""
+    try:
+        mib = float(text)
+    except ValueError:
+        mib = float("nan")
+    if not 0 < mib <= MAX_ARENA_MIB:  # (NaN fails both)
+        raise argparse.ArgumentTypeError(
+            f"expected MiB above 0, at most {MAX_ARENA_MIB} (got {text!r}); "
+            "leave it out to have the arena sized by measurement"
+        )
+    return mib
 
 
 def main(argv=None):
@@ -767,7 +787,7 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=None, help="untimed frames first")
     parser.add_argument("--input", help="a video file or a folder of images")
     parser.add_argument("--out", type=Path, help="folder for overlay images and results")
-    parser.add_argument("--arena-mib", type=float, help="arena size; default: measured")
+    parser.add_argument("--arena-mib", type=parse_mib, help="arena size; default: measured")
     parser.add_argument("--strategy", choices=("warp_slab", "bump"), default="warp_slab",
                         help="the devalloc arena's allocator strategy")  # fmt: skip
     parser.add_argument("--benchmark", action="store_true",
@@ -806,6 +826,11 @@ def main(argv=None):
             parser.error("--devices renders its own frames: it takes no --input")
     if args.input is not None and not Path(args.input).exists():
         parser.error(f"--input {args.input}: no such file or folder")
+    if args.out is not None:  # before the run, not after it
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            parser.error(f"--out {args.out}: {error.strerror or error}")
     where = (
         cuda.get_current_device().name
         if gpu
@@ -884,4 +909,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except devalloc.ArenaOverflowError as overflow:  # a fixed --arena-mib too small
+        sys.exit(f"{overflow}\n(--arena-mib sets the arena's size; leave it out to measure it)")

@@ -382,3 +382,27 @@ def test_closing_a_graph_keeps_a_stream_the_user_gave():
             own.replay()
     assert value.copy_to_host()[0] == 3
     assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_a_graph_dropped_during_another_capture_is_closed_after_it():
+    """A Graph's finalizer destroys its CUDA graph and the stream it captured on;
+    run inside another capture of the same thread (the old graph dropped while
+    the new frame is recorded), that would end the capture in error. It waits
+    for the capture's end."""
+    value, offsets, out = cuda.to_device(np.array([3])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, value, offsets)  # every kernel loaded before the capture
+        get[1, 32](arena, offsets, out)
+        old = two_kernels(arena, value, offsets, out)
+        closed = old._recording._capture
+        with arena.capture() as graph:
+            put[1, 32](arena, value, offsets)
+            del old  # its finalizer runs here, inside this capture
+            assert closed._exec is not None  # not closed yet
+            get[1, 32](arena, offsets, out)
+        assert closed._exec is None  # closed when the capture ended
+        graph.replay()
+        arena.check()
+    np.testing.assert_array_equal(out.copy_to_host(), 3 + np.arange(32))

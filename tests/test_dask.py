@@ -87,9 +87,27 @@ def test_a_worker_arena_needs_a_task_and_the_plugin(client):
         client.submit(allocate_in_a_task, 16, pure=False).result()
 
 
-def test_bad_sizes_are_refused_on_the_client():
-    with pytest.raises(ValueError, match="positive"):
-        ArenaPlugin(0)
+@pytest.mark.parametrize(
+    ("args", "options", "error", "message"),
+    [
+        ((0,), {}, ValueError, "positive"),
+        ((1 << 50,), {}, ValueError, "4 TiB"),  # (these failed on every worker instead)
+        ((16,), {"strategy": "nope"}, ValueError, "strategy must be one of"),
+        ((16,), {"align": 3}, ValueError, "power of two"),
+        ((16,), {"colour": "red"}, TypeError, "colour"),
+        ((16,), {"sizing": 2.0}, TypeError, "devalloc.Sizing"),
+    ],
+)
+def test_bad_arenas_are_refused_on_the_client(args, options, error, message):
+    with pytest.raises(error, match=message):
+        ArenaPlugin(*args, **options)
+
+
+def test_worker_arena_outside_a_distributed_worker_says_where_it_works():
+    import dask
+
+    with pytest.raises(devalloc.DevallocError, match="distributed Client's workers"):
+        dask.delayed(worker_arena)().compute(scheduler="synchronous")
 
 
 def run_the_dask_example(run=run_script_or_dump):

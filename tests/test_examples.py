@@ -110,17 +110,46 @@ def test_frame_pipeline_says_what_is_wrong_with_its_input(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--size", "5x5"], "at least 8x8"),
+        (["--size", "5x5"], "from 8x8"),
         (["--size", "wide"], "WIDTHxHEIGHT"),
         (["--mode", "cudaMalloc"], "invalid choice"),
         (["--strategy", "slab"], "invalid choice"),
         (["--frames", "0"], "--frames must be at least 1"),
+        (["--size", "99999999999x99999999999"], "to 16384x16384"),  # (a NumPy traceback)
+        (["--arena-mib", "nan"], "expected MiB above 0"),  # (int() of NaN: a traceback)
+        (["--arena-mib", "inf"], "expected MiB above 0"),
+        (["--arena-mib", "-1"], "expected MiB above 0"),  # (Arena()'s error, a traceback)
+        (["--arena-mib", "0"], "leave it out"),  # (was taken as "measure it")
     ],
 )
 def test_frame_pipeline_refuses_bad_options(args, message):
     result = run_pipeline(*args, timeout=120)
     assert result.returncode == 2
     assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_frame_pipeline_says_so_before_the_run_when_out_cannot_be_written(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    for out in (afile, afile / "below"):  # (FileExistsError after the whole run)
+        result = run_pipeline("--mode", "devalloc", "--out", str(out), timeout=120)
+        assert result.returncode == 2 and f"--out {out}" in result.stderr, result.stderr
+        assert "frame pipeline on" not in result.stdout
+
+
+def test_frame_pipeline_with_an_arena_too_small_says_what_to_do():
+    result = run_pipeline("--mode", "devalloc", "--arena-mib", "0.0001", timeout=120)
+    assert result.returncode == 1
+    assert "arena overflow" in result.stderr and "leave it out to measure it" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_other_examples_refuse_what_they_cannot_do(tmp_path):
+    attention = run_script(ROOT / "examples" / "attention_scratch.py", "--out", str(tmp_path))
+    assert attention.returncode == 2 and "is a folder" in attention.stderr
+    dask = run_script(ROOT / "examples" / "dask_pipeline.py", "--workers", "0")
+    assert dask.returncode == 2 and "--workers must be at least 1" in dask.stderr
 
 
 @pytest.mark.parametrize(
