@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -142,3 +143,21 @@ def compile_all(module, cc=(9, 0)):
             with compiling_for(cc):
                 ptx[name, None], _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=cc)
     return ptx
+
+
+def run_threads(count, work):
+    """`work(i)` in `count` host threads at once; their errors fail the test."""
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except BaseException as error:  # reported by the test, not lost in the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors, errors[:3]

@@ -15,7 +15,7 @@ from numba import cuda
 
 import devalloc
 from devalloc.backend import SIMULATOR
-from helpers import poisoned
+from helpers import poisoned, run_threads
 
 
 @devalloc.kernel
@@ -47,22 +47,13 @@ def test_arenas_made_and_closed_from_several_threads_at_once(fast_thread_switche
     # devalloc.stats(), and the arena that raised kept its memory.
     before = devalloc.stats().arenas
     kept = [devalloc.Arena(16) for _ in range(200)]
-    errors = []
 
-    def work():
-        try:
-            for _ in range(60):
-                with devalloc.Arena(4096):
-                    devalloc.stats()
-        except Exception as error:
-            errors.append(error)
+    def work(_):
+        for _ in range(60):
+            with devalloc.Arena(4096):
+                devalloc.stats()
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    assert not errors, errors[:3]
+    run_threads(4, work)
     assert devalloc.stats().arenas == before + len(kept)
     for arena in kept:
         arena.close()

@@ -14,7 +14,7 @@ from numba import cuda
 
 import devalloc
 from devalloc.backend import SIMULATOR
-from helpers import STRATEGIES, poisoned
+from helpers import STRATEGIES, poisoned, run_threads
 
 pytestmark = pytest.mark.parametrize("strategy", STRATEGIES)
 
@@ -181,23 +181,6 @@ def stamp(arena, value, out):
         out[t] = buf[0] * 1000 + buf[1]
 
 
-def _run_threads(count, work):
-    errors = []
-
-    def guarded(i):
-        try:
-            work(i)
-        except BaseException as error:  # reported by the test, not lost in the thread
-            errors.append(error)
-
-    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    assert not errors, errors
-
-
 @pytest.mark.parametrize("shared", [True, False], ids=["one arena", "arena each"])
 def test_host_threads_launching(strategy, shared):
     threads, launches, lanes = 4, 3, 32
@@ -213,7 +196,7 @@ def test_host_threads_launching(strategy, shared):
         if not shared:
             arena.close()
 
-    _run_threads(threads, work)
+    run_threads(threads, work)
     common.close()  # raises if any launch overflowed
     for (i, n), out in results.items():
         np.testing.assert_array_equal(out, (100 * i + n) * 1000 + np.arange(lanes))
