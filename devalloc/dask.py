@@ -20,6 +20,8 @@ memory. Give GPU workers one thread each (dask-cuda's default): a frame belongs
 to the thread that opened it, so a worker's threads would take turns anyway.
 """
 
+import asyncio
+
 from distributed import WorkerPlugin, get_worker
 
 from .arena import Arena, checked_arena_options
@@ -48,10 +50,12 @@ class ArenaPlugin(WorkerPlugin):
     def setup(self, worker):
         self.arena = Arena(self.nbytes, **self.options)
 
-    def teardown(self, worker):
+    async def teardown(self, worker):
+        # close() waits for a task's open frame: off the worker's event loop, which
+        # would otherwise stop (heartbeats included) until the task is done.
         arena, self.arena = self.arena, None
         if arena is not None:
-            arena.close()
+            await asyncio.to_thread(arena.close)
 
 
 def worker_arena():

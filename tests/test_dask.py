@@ -4,6 +4,7 @@ reaches the client whole, and the arenas close with the workers."""
 import contextlib
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,36 @@ def test_the_arenas_close_with_the_workers():
         client.register_plugin(ArenaPlugin(1 << 16))
         assert devalloc.stats().arenas == before + 2
     assert devalloc.stats().arenas == before
+
+
+FRAME_EXITED = threading.Event()  # (in-process workers: the tests' own process)
+
+
+def hold_a_frame(seconds):
+    """A task that keeps a frame of its worker's arena open for `seconds`."""
+    arena = worker_arena()
+    with arena.frame():
+        time.sleep(seconds)
+    FRAME_EXITED.set()
+    return arena.closed
+
+
+def test_removing_the_plugin_while_a_task_holds_a_frame_leaves_the_worker_responsive(client):
+    # The plugin's teardown closed the arena on the worker's event loop, where
+    # close() waited for the task's frame: the loop (heartbeats, the scheduler's
+    # calls) stopped until the task was done (a round trip took 4 s, 2026-12-04).
+    FRAME_EXITED.clear()
+    client.register_plugin(ArenaPlugin(1 << 16))
+    holding = client.submit(hold_a_frame, 3, pure=False)
+    time.sleep(1)  # the task is in its frame
+    removed = threading.Thread(target=client.unregister_worker_plugin, args=("devalloc-arena",))
+    removed.start()
+    time.sleep(0.3)
+    client.scheduler_info()  # a round trip through the workers' event loop
+    assert not FRAME_EXITED.is_set()  # it did not wait for the frame
+    assert holding.result() is False  # the frame ran to its end with the arena open
+    removed.join(60)
+    assert not removed.is_alive()
 
 
 def test_a_worker_arena_needs_a_task_and_the_plugin(client):
