@@ -214,14 +214,17 @@ class Kernel:
         )
 
     def __getitem__(self, config):
+        # Keyed with the types of the grid and block too: True == 1 and 1.0 == 1,
+        # so a bool or a float would find a checked int's launcher.
         try:
-            launcher = self._launchers.get(config)
-        except TypeError:  # unhashable (a list in it): checked, not kept
-            return _Launcher(self, config)
+            key = (config, type(config[0]), type(config[1]))
+            launcher = self._launchers.get(key)
+        except (TypeError, IndexError, KeyError):  # unhashable (a list in it), or no pair
+            return _Launcher(self, config)  # checked, not kept
         if launcher is None:
             if len(self._launchers) >= _MAX_CACHED_LAUNCHERS:
                 self._launchers.clear()
-            launcher = self._launchers[config] = _Launcher(self, config)
+            launcher = self._launchers[key] = _Launcher(self, config)
         return launcher
 
     def wrapper_source(self, strategy="warp_slab", align=256):

@@ -361,3 +361,20 @@ def test_a_capture_refuses_host_arrays_and_another_arenas_launches_on_its_stream
         assert other.stats().launches == 0
         take[1, 4, graph.stream](other, 256, out)  # after the capture: a stream as any other
         other.check()
+
+
+def test_a_bool_or_float_configuration_is_refused_after_its_int_twin_was_launched():
+    # The launchers were cached by configuration, and True == 1, 1.0 == 1: once
+    # take[1, 4] had run, take[1, True] and take[1.0, 4] found its launcher.
+    with devalloc.Arena(1024, align=16) as arena:
+        out = cuda.to_device(poisoned(4, np.int64))
+        take[1, 4](arena, 256, out)
+        take[1, 1](arena, 256, out)
+        for config, what in (
+            ((1, True), "the threads per block"),
+            ((1.0, 4), "the number of blocks"),
+            ((True, 1), "the number of blocks"),
+        ):
+            with pytest.raises(TypeError, match=what):
+                take[config](arena, 256, out)
+        assert arena.stats().launches == 2
