@@ -78,20 +78,14 @@ def _positive_int(value, name):
     return value
 
 
-def _dim(value):
-    if isinstance(value, (bool, np.bool_)):  # (an int to operator.index)
-        raise TypeError
-    return operator.index(value)
-
-
 def _dims(shape):
     try:
-        dims = (_dim(shape),)
+        dims = (_int(shape, "shape"),)
     except TypeError:
         if not isinstance(shape, tuple):
             raise TypeError(f"shape must be an int or a tuple of ints (got {shape!r})") from None
         try:
-            dims = tuple(_dim(dim) for dim in shape)
+            dims = tuple(_int(dim, "shape") for dim in shape)
         except TypeError:
             raise TypeError(f"shape must be an int or a tuple of ints (got {shape!r})") from None
     if any(dim < 0 for dim in dims):
@@ -222,8 +216,16 @@ def close_on_exit(close, exc, what):
     try:
         close()
     except ArenaOverflowError as overflow:
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"while closing {what}: {overflow}")
+        join_as_note(exc, f"while closing {what}: {overflow}")
+
+
+def join_as_note(error, note):
+    """Add `note` (an overflow's report) to `error` on its way up, so that it is
+    not lost; on Python 3.10, which has no notes, warn it (`ArenaOverflowWarning`)."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        warnings.warn(note, ArenaOverflowWarning, stacklevel=3)
 
 
 def _queue_dropped(reports):
@@ -646,17 +648,18 @@ class Arena:
             if graph._limit != self._limit_set:
                 self._set_limit(graph._limit, stream)
             reports.names.update(graph._names)
+            launched = False
             try:
                 graph._recording.launch(stream)
-            except BaseException:
-                if SIMULATOR:  # its first node and launches ran, up to the exception
+                launched = True
+            finally:
+                # (On the simulator, a replay that raised ran its first node and
+                # its launches up to the exception: it counts as well.) Outside a
+                # frame, as a replay always is, this takes the slot the next
+                # launch would have had: the one the replay used (see capture.py).
+                if launched or SIMULATOR:
                     self._end_launch(graph.launches)
                     self._frames += 1
-                raise
-            # Outside a frame, as a replay always is, this takes the slot the next
-            # launch would have had: the one the replay used (see capture.py).
-            self._end_launch(graph.launches)
-            self._frames += 1
 
     def _set_limit(self, limit, stream):
         self._memory.set_limit(limit, stream)
@@ -800,13 +803,13 @@ class Arena:
         ArenaOverflowError
             The arena has no room left for it (nothing is taken).
         """
-        # The specs seen before, for shapes of exact ints only: 2.0 == 2 would
-        # find 2's spec, and NumPy refuses a float shape.
-        plain = type(shape) is int
+        # The specs seen before, for shapes of ints only: 2.0 == 2 would find
+        # 2's spec, and NumPy refuses a float shape.
+        plain = type(shape) is int or isinstance(shape, np.integer)
         if type(shape) is tuple:
             plain = True
             for dim in shape:
-                if type(dim) is not int:
+                if type(dim) is not int and not isinstance(dim, np.integer):
                     plain = False
                     break
         spec = None
@@ -862,8 +865,8 @@ class Arena:
         itemsize = spec_dtype.itemsize
         strides = tuple(itemsize * math.prod(dims[i + 1 :]) for i in range(len(dims)))
         spec = (dims, strides, spec_dtype, math.prod(dims) * itemsize)
-        if len(self._array_specs) < 1024 and type(shape) in (int, tuple):
-            self._array_specs[shape, dtype] = spec  # (a dtype it takes is hashable)
+        if len(self._array_specs) < 1024:
+            self._array_specs[shape, dtype] = spec
         return spec
 
     def _lower_limit(self, start, shape, dtype, nbytes):

@@ -19,14 +19,13 @@ at the frame's exit: waiting there would serialize the streams.
 
 import operator
 import threading
-import warnings
 from contextlib import nullcontext
 from typing import NamedTuple
 
 from numba import cuda
 
-from .arena import Arena, close_on_exit
-from .errors import ArenaClosedError, ArenaOverflowWarning
+from .arena import Arena, close_on_exit, join_as_note
+from .errors import ArenaClosedError
 
 __all__ = ["ArenaRing", "RingSlot"]
 
@@ -174,10 +173,7 @@ class ArenaRing:
         if errors:
             first = errors[0]
             for other in errors[1:]:  # an overflow is never lost
-                if hasattr(first, "add_note"):
-                    first.add_note(f"another slot: {other}")
-                else:
-                    warnings.warn(f"another slot: {other}", ArenaOverflowWarning, stacklevel=2)
+                join_as_note(first, f"another slot: {other}")
             raise first
 
     def __enter__(self):

@@ -3,8 +3,6 @@ the launches, as calls made in order at each replay."""
 
 from numba import cuda
 
-from ..errors import DevallocError
-
 __all__ = ["Recording"]
 
 
@@ -33,9 +31,7 @@ class Recording:
         """Whether it was finished and not closed since."""
         return self._calls is not None
 
-    def launch(self, stream):
-        if self._calls is None:
-            raise DevallocError("this graph was closed, or its capture did not finish")
+    def launch(self, stream):  # (Arena._replay checks `replayable` first)
         for call in self._calls:
             call()
 
