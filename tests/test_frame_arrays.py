@@ -204,6 +204,24 @@ def test_frame_arrays_feed_devalloc_and_plain_kernels(arena):
         np.testing.assert_array_equal(out.copy_to_host(), 2 * (values + 1))
 
 
+@devalloc.kernel
+def offsets_of(arena, first, second, out):
+    out[0] = arena.offset(first)
+    out[1] = arena.offset(second)
+
+
+def test_a_kernel_finds_the_offsets_of_arena_arrays_it_is_given(arena):
+    """`arena.offset` of arrays passed in (a frame array, a device view), not only
+    of those the kernel allocated (the simulator once refused them, as no array)."""
+    out = cuda.to_device(poisoned(2, np.int64))
+    with arena.frame():
+        image = arena.empty(40, np.float32)
+        view = arena.device_view(128, 8, np.int32)
+        offsets_of[1, 1](arena, image, view, out)
+        assert list(out.copy_to_host()) == [offset_of(arena, image), 128]
+    assert offset_of(arena, image) > 128
+
+
 def test_frame_arrays_on_a_stream_are_bound_to_it(arena):
     stream = cuda.stream()
     with arena.frame():

@@ -101,8 +101,12 @@ class SimKernelArena:
         return self._array(offset, dims, dtype, offset >= 0 or nbytes == 0)
 
     def offset(self, array):
-        if not isinstance(array, np.ndarray):
-            raise TypeError(f"arena.offset(array): expected an array (got {type(array).__name__})")
+        if not isinstance(array, np.ndarray):  # a kernel's array argument comes wrapped
+            if isinstance(array, np.generic) or not hasattr(array, "__array_interface__"):
+                raise TypeError(
+                    f"arena.offset(array): expected an array (got {type(array).__name__})"
+                )
+            array = np.asarray(array)
         return array.__array_interface__["data"][0] - self._data
 
     def view(self, offset, shape, dtype):
