@@ -259,7 +259,7 @@ def leave_block(hdr, state, tally, slot, seq, kernel, align):
                 reduce_add(hdr, L.KERNEL_ALLOCS + kernel, allocs)
             failed = state[L.BLOCK_FAILED]
             if failed != 0:
-                report_failures(hdr, slot, seq, failed, state[L.BLOCK_ASKED])
+                report_failures(hdr, slot, seq, kernel, failed, state[L.BLOCK_ASKED])
 
 
 @device_function
@@ -312,13 +312,14 @@ def hand_back_tail(hdr, slot, slab, unit):
 
 
 @device_function
-def report_failures(hdr, slot, seq, failed, largest):
-    """Add a block's failures to the slot and to those the host has not reported,
-    and tell the host, through the mapped failure record."""
+def report_failures(hdr, slot, seq, kernel, failed, largest):
+    """Add a block's failures to the slot and to those the host has not reported
+    (with its kernel's id), and tell the host, through the mapped failure record."""
     cuda.atomic.add(hdr, slot * L.SLOT_WORDS + L.FAILED, failed)
     cuda.atomic.add(hdr, L.PENDING_FAILED, failed)
     cuda.atomic.max(hdr, L.PENDING_ASKED, largest)
     cuda.atomic.cas(hdr, L.PENDING_SEQ, 0, seq + 1)
+    cuda.atomic.or_(hdr, L.PENDING_KERNELS, int64(1) << kernel)
     event = cuda.atomic.add(hdr, L.FAIL_EVENTS, 1) + 1
     cuda.threadfence_system()
     store_volatile_at(hdr[L.FAIL_RECORD] + L.REC_EVENT * 8, event)

@@ -131,7 +131,9 @@ class _Reports:
     """What reporting an arena's failures needs, apart from the Arena itself, so
     that the finalizer of a dropped arena can still report them."""
 
-    __slots__ = ("arena_id", "capacity", "memory", "names", "record", "seen", "stream")
+    __slots__ = (
+        "arena_id", "capacity", "kernels", "memory", "names", "record", "seen", "stream",
+    )  # fmt: skip
 
     def __init__(self, memory, capacity, arena_id):
         self.memory = memory
@@ -142,6 +144,7 @@ class _Reports:
         self.record = memoryview(memory.record).cast("B").cast("q")
         self.seen = 0  # the record's event count when last reported
         self.names = {}  # launch sequence number mod 2**SEQ_BITS -> kernel name
+        self.kernels = []  # kernel id -> name (`Arena._kernel_names`)
         self.stream = 0  # where the arena's latest launch was queued
 
     def waiting(self):
@@ -161,10 +164,14 @@ class _Reports:
             return None
         cleared = np.array([0, L.NOTHING_ASKED, 0], np.int64)
         self.memory.write_header(cleared, first=L.PENDING_FAILED)
+        self.memory.write_header(np.zeros(1, np.int64), first=L.PENDING_KERNELS)
         name = self.names.get(int(words[L.PENDING_SEQ]) - 1, "<unknown kernel>")
+        ids = int(words[L.PENDING_KERNELS])
+        others = [kernel for i, kernel in enumerate(self.kernels) if ids >> i & 1]
         error = ArenaOverflowError(
-            name, self.capacity, int(words[L.PENDING_ASKED]), failed, not_launched
-        )
+            name, self.capacity, int(words[L.PENDING_ASKED]), failed, not_launched,
+            kernels=(name, *(kernel for kernel in others if kernel != name)),
+        )  # fmt: skip
         error._arena_id = self.arena_id
         return error
 
@@ -398,6 +405,7 @@ class Arena:
         self._device_mallocs = 0
         self._frames = 0
         self._kernel_ids = {}  # kernel name -> where its allocations are counted
+        self._kernel_names = []  # the reverse: id -> name (OTHER_KERNELS for the last)
         self._moves = 0  # resizes: a Graph captured before one refuses to replay
         self._sizing = Sizing()
         if sizing is not None:
@@ -445,6 +453,7 @@ class Arena:
             )
         self._reports = _Reports(memory, capacity, self._id)
         self._reports.stream = stream
+        self._reports.kernels = self._kernel_names
         self._release = weakref.finalize(self, _queue_dropped, self._reports)
         self._release.atexit = False  # _at_exit takes care of it
         self._header_address = memory.header_address
@@ -591,6 +600,8 @@ class Arena:
         kernel = self._kernel_ids.get(kernel_name)
         if kernel is None:
             kernel = self._kernel_ids[kernel_name] = min(len(self._kernel_ids), L.KERNEL_MASK)
+            if len(self._kernel_names) == kernel:
+                self._kernel_names.append(kernel_name if kernel < L.KERNEL_MASK else OTHER_KERNELS)
         return handle | seq << _SEQ_SHIFT | kernel << _KERNEL_SHIFT
 
     def _new_handle(self, warps, slot):

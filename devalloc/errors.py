@@ -95,6 +95,9 @@ class ArenaOverflowError(DevallocError, MemoryError):
     kernel : str
         Name of the (first) kernel whose allocation failed, or the
         ``arena.empty(...)`` call refused.
+    kernels : tuple of str
+        Every kernel whose allocations failed, `kernel` first (past an arena's
+        first 31 kernels, the others are named ``"<other kernels>"``).
     capacity : int
         The arena's capacity in bytes.
     requested : int
@@ -107,9 +110,15 @@ class ArenaOverflowError(DevallocError, MemoryError):
         when the report came at a synchronization.
     """
 
-    def __init__(self, kernel, capacity, requested, failed, not_launched=None, *, free=None):
-        self._init = ((kernel, capacity, requested, failed, not_launched), {"free": free})
+    def __init__(
+        self, kernel, capacity, requested, failed, not_launched=None, *, free=None, kernels=None
+    ):
+        self._init = (
+            (kernel, capacity, requested, failed, not_launched),
+            {"free": free, "kernels": kernels},
+        )
         self.kernel = kernel
+        self.kernels = (kernel,) if not kernels else tuple(kernels)
         self.capacity = capacity
         self.requested = requested
         self.failed = failed
@@ -132,10 +141,13 @@ class ArenaOverflowError(DevallocError, MemoryError):
             if requested < 0
             else "Make the arena larger or allocate less per launch or frame."
         )
+        where = f"kernel {kernel!r}"
+        if len(self.kernels) > 1:
+            where = f"kernels {', '.join(map(repr, self.kernels))} (first in {kernel!r})"
         super().__init__(
-            f"arena overflow in kernel {kernel!r}: {failed} allocation(s) failed, the "
-            f"largest asking for {_asked(requested)}, and the arena's capacity is "
-            f"{capacity} bytes. {advice}{skipped}"
+            f"arena overflow in {where}: {failed} allocation(s) failed, the largest "
+            f"asking for {_asked(requested)}, and the arena's capacity is {capacity} "
+            f"bytes. {advice}{skipped}"
         )
 
 

@@ -71,6 +71,7 @@ PEAK_REQUESTED = 17  # largest `REQUESTED` of any folded slot
 LIVE_SLOT = 18  # the slot of the latest launch; a replayed graph's launches read theirs here
 LIMIT = 19  # where in-kernel allocations stop: CAPACITY, less the frame arrays' region at
 #             the top of the data region (`Arena.empty`); the host sets it in stream order
+PENDING_KERNELS = 20  # bit `id` set: kernel `id` (its launch handle's) is among them
 # What a block adds at its exit goes to one of COUNT_SHARDS count lines per slot
 # (by block index), each a 128-byte line of its own: on the cursor's line, every
 # block's two reductions queued behind its atomics (about 2 ns each on the H200).

@@ -9,6 +9,7 @@ import devalloc
 
 ERRORS = [
     devalloc.ArenaOverflowError("stamp", 4096, 8192, 3, "next_kernel"),
+    devalloc.ArenaOverflowError("stamp", 4096, 8192, 3, kernels=("stamp", "blur")),
     devalloc.ArenaOverflowError("arena.empty((4, 4), float32)", 4096, 64, 1, free=16),
     devalloc.DeviceMemoryError(1 << 40, 1 << 30, "GPU 1"),
     devalloc.PoolMemoryError(1 << 40, None),

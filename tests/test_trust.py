@@ -265,6 +265,44 @@ def test_a_report_names_its_kernel_when_the_launch_numbers_wrap(strategy):
         np.testing.assert_array_equal(out, 4000 + np.arange(32))
 
 
+@devalloc.kernel
+def ask_too(arena, sizes, got):
+    """`ask_in_turn` under another name."""
+    t = cuda.grid(1)
+    if t < sizes.shape[0]:
+        for j in range(sizes.shape[1]):
+            got[t, j] = arena.alloc(sizes[t, j], np.uint8).size
+
+
+def test_a_report_of_several_kernels_names_each(strategy):
+    """Failures of two kernels of one replay (launched before the host could
+    look) come in one report: it names both, the first to fail as `.kernel`,
+    and none that did not fail."""
+    with devalloc.Arena(1 << 12, strategy=strategy) as arena:
+        out = cuda.to_device(poisoned(32, np.int64))
+        first, second = cuda.to_device(np.array([[16]])), cuda.to_device(np.array([[16], [16]]))
+        got, got_too = (cuda.to_device(poisoned(shape, np.int64)) for shape in [(1, 1), (2, 1)])
+        with arena.capture() as graph:
+            stamp[1, 32](arena, 1, out)
+            ask_in_turn[1, 1](arena, first, got)
+            ask_too[1, 2](arena, second, got_too)
+        first.copy_to_device(np.array([[5000]]))
+        second.copy_to_device(np.array([[9000], [16]]))
+        graph.replay()
+        with pytest.raises(devalloc.ArenaOverflowError) as info:
+            arena.check()
+        error = info.value
+        assert error.kernel == "ask_in_turn" and error.kernels == ("ask_in_turn", "ask_too")
+        assert (error.failed, error.requested) == (2, 9000)
+        assert "kernels 'ask_in_turn', 'ask_too' (first in 'ask_in_turn')" in str(error)
+        np.testing.assert_array_equal(got_too.copy_to_host(), [[0], [16]])
+        ask(arena, [[5000]])  # alone again: one kernel, as before
+        with pytest.raises(devalloc.ArenaOverflowError) as info:
+            arena.check()
+        assert info.value.kernels == ("ask_in_turn",)
+        assert "in kernel 'ask_in_turn': 1 allocation(s)" in str(info.value)
+
+
 def test_catching_and_continuing_loses_no_launch(strategy):
     made = 0
     with devalloc.Arena(1 << 10, strategy=strategy) as arena:
