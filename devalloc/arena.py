@@ -127,6 +127,21 @@ _KERNEL_SHIFT = L.KERNEL_SHIFT
 OTHER_KERNELS = "<other kernels>"  # allocs_by_kernel's name for those past the first 31
 
 
+class _Pin:
+    """A live graph's frame arrays: from `start` up to the previous pin's start
+    (or the top of the data region). A dropped graph's finalizer only marks it
+    dead (`drop`); the arena frees it at its next frame, capture or replay."""
+
+    __slots__ = ("live", "start")
+
+    def __init__(self, start):
+        self.start = start
+        self.live = True
+
+    def drop(self):
+        self.live = False
+
+
 class _Reports:
     """What reporting an arena's failures needs, apart from the Arena itself, so
     that the finalizer of a dropped arena can still report them."""
@@ -294,8 +309,9 @@ class _Frame:
         except BaseException:
             arena._lock.release()
             raise
+        arena._give_back_graph_arrays()
         arena._in_frame = True
-        arena._limit = arena._capacity - arena._reserve
+        arena._limit = max(arena._graph_top - arena._reserve, 0)
         self._thread = threading.get_ident()
         return arena
 
@@ -312,7 +328,7 @@ class _Frame:
             arena._frames += 1
             if not arena._closed:
                 arena._clear_live_region()
-                arena._limit = arena._capacity
+                arena._limit = arena._graph_top
                 if self._check and exc_type is None:
                     arena._report_failures()
         finally:
@@ -464,6 +480,10 @@ class Arena:
         self._dirty = False  # the live slot has seen a launch since it was cleared
         # Frame arrays: the top of the data region, from `_top` up (see the module's notes).
         self._top = capacity
+        # The live graphs' frame arrays, at the top, each from its _Pin's start
+        # up to the one before's (the lowest last); frames start below them.
+        self._pins = []
+        self._graph_top = capacity
         self._limit = capacity  # LIMIT for the next launch
         self._limit_set = capacity  # LIMIT on the device, in stream order
 
@@ -656,8 +676,10 @@ class Arena:
                 self._move_to(stream)
             if self._memory.check_context:
                 self._require_context(f"a replay of {graph!r}")
-            if graph._limit != self._limit_set:
-                self._set_limit(graph._limit, stream)
+            self._give_back_graph_arrays()
+            limit = min(graph._limit, self._graph_top)  # (below the graphs captured after it)
+            if limit != self._limit_set:
+                self._set_limit(limit, stream)
             reports.names.update(graph._names)
             launched = False
             try:
@@ -687,12 +709,44 @@ class Arena:
             self._release_frame_arrays()
 
     def _release_frame_arrays(self, learn=True):
-        taken = self._capacity - self._top
+        taken = self._graph_top - self._top
         if taken:
-            self._peak_arrays = max(self._peak_arrays, taken)
+            self._peak_arrays = max(self._peak_arrays, self._capacity - self._top)
             if learn:
                 self._reserve = max(self._reserve, taken)
-            self._top = self._capacity
+            self._top = self._graph_top
+
+    def _keep_graph_arrays(self):
+        """At the end of a capture: its frame arrays stay the graph's, above
+        what later frames and captures take, until it is closed or dropped.
+        Returns their `_Pin`, or None if it made none."""
+        if self._top == self._graph_top:
+            return None
+        pin = _Pin(self._top)
+        self._pins.append(pin)
+        self._graph_top = self._top
+        return pin
+
+    def _give_back_graph_arrays(self):
+        """Free the frame arrays of the closed or dropped graphs at the bottom of
+        the graphs' region (outside frames and captures: their arrays start
+        below it). A graph's are freed once those of the graphs captured after
+        it are."""
+        pins = self._pins
+        if not pins or pins[-1].live:
+            return
+        while pins and not pins[-1].live:
+            pins.pop()
+        self._graph_top = self._top = pins[-1].start if pins else self._capacity
+        self._limit = self._graph_top
+
+    def _graph_closed(self, pin):
+        """`Graph.close`: its frame arrays are free (now, if no frame or capture
+        is open and none captured after it holds arrays)."""
+        with self._lock:
+            pin.live = False
+            if not self._in_frame and self._capture is None and not self._closed:
+                self._give_back_graph_arrays()
 
     # -- failure reports ---------------------------------------------------------------
 
@@ -801,7 +855,8 @@ class Arena:
         """A device array from the arena, for the rest of the frame: no CUDA call.
 
         Inside ``arena.frame()`` (or ``arena.capture()``) only; valid until the
-        frame exits (for a capture: the same memory at every replay). Aligned
+        frame exits (for a capture: the graph's own, the same memory at every
+        replay, until the graph is closed or dropped; see `Graph`). Aligned
         as in-kernel allocations are (to `align` if at least `align` bytes,
         else to 16), never overlapping them. The array is bound to the arena's
         stream (`stream`, if given, after the arena's earlier work): any Numba

@@ -25,6 +25,8 @@ that only the first devalloc launch waits for, so the plain kernels a frame
 starts with run beside it (it touches nothing but the header).
 """
 
+import weakref
+
 from numba import cuda
 
 from . import layout as L
@@ -54,11 +56,16 @@ class Graph:
     simulator only devalloc kernels are recorded: other work runs at capture
     time.
 
-    Frame arrays made inside the capture (`Arena.empty`) are the graph's: the
-    same memory at every replay, above what its kernels allocate (a replay sets
-    the arena's LIMIT below them). Fill them before a replay, in its stream's
-    order; another frame of the arena may use that memory in between. A graph
-    captured before `Arena.resize` refuses to replay.
+    Frame arrays made inside the capture (`Arena.empty`) are the graph's own,
+    as a PyTorch graph's private memory pool: the same memory at every
+    replay, above what its kernels allocate, and kept for it until it is
+    closed or dropped. No frame, launch or other graph of the arena uses it
+    meanwhile, so inputs filled before a replay (in its stream's order) and
+    outputs read after it stay as they are whatever runs in between; the
+    arena has that much less room for other work. A graph's arrays are given
+    back once it and every graph captured after it that made arrays are
+    closed or dropped. A graph captured before `Arena.resize` refuses to
+    replay.
     """
 
     def __init__(self, arena, stream=None):
@@ -69,6 +76,12 @@ class Graph:
         self._moves = arena._moves  # the arena's resizes: one after this one moved it
         self._recording = Recording(stream, _first_node, arena._memory.header_address)
         self.stream = self._recording.stream
+        self._pin = None  # its frame arrays (`Arena._keep_graph_arrays`), if it made any
+
+    def _keep_arrays(self, pin):
+        if pin is not None:
+            self._pin = pin
+            weakref.finalize(self, pin.drop)
 
     @property
     def launches(self):
@@ -89,8 +102,11 @@ class Graph:
 
     def close(self):
         """Release the CUDA graph and the stream it was captured on, if it made
-        one (also done when the Graph is dropped)."""
+        one (also done when the Graph is dropped), and give its frame arrays
+        back to the arena."""
         self._recording.close()
+        if self._pin is not None:
+            self._arena._graph_closed(self._pin)
 
     def __repr__(self):
         return f"<devalloc.Graph: {self._launches} launches>"
@@ -118,8 +134,9 @@ class _Capture:
         except BaseException:
             arena._lock.release()
             raise
+        arena._give_back_graph_arrays()
         arena._capture = self._graph
-        arena._limit = arena._capacity  # (no reserve: its arrays are known before it runs)
+        arena._limit = arena._graph_top  # (no reserve: its arrays are known before it runs)
         _capturing_streams.append(self._graph.stream)
         return self._graph
 
@@ -129,8 +146,10 @@ class _Capture:
             _capturing_streams.remove(self._graph.stream)
             arena._capture = None
             self._graph._limit = arena._limit  # its kernels stop below its frame arrays
+            if exc_type is None:
+                self._graph._keep_arrays(arena._keep_graph_arrays())
             arena._release_frame_arrays(learn=False)
-            arena._limit = arena._capacity
+            arena._limit = arena._graph_top
             if exc_type is None:
                 self._graph._recording.finish()
             else:

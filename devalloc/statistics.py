@@ -46,9 +46,10 @@ class ArenaStats:
         Real device allocations (``cudaMalloc``) made for this arena: 1, and
         one more each time it was resized.
     frame_array_bytes : int
-        Bytes the live frame's arrays (`Arena.empty`) hold, alignment included.
+        Bytes the live frame's arrays (`Arena.empty`) hold, alignment included,
+        and those the arena's live graphs keep (`Graph`).
     peak_frame_array_bytes : int
-        The most any frame's arrays held.
+        The most frame arrays held at once (the graphs' included).
     current_allocs : int
         Successful in-kernel allocations of the live region: the frame's so
         far (0 outside a frame, as ``current_bytes``; the launches' are in

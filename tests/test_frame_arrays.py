@@ -1,6 +1,7 @@
 """Frame arrays: `arena.empty` / `arena.zeros`, host-side requests for device arrays
 from the arena that live until the frame ends, and never meet in-kernel allocations."""
 
+import gc
 import itertools
 import threading
 
@@ -241,10 +242,81 @@ def test_a_captured_frame_array_is_the_same_memory_at_every_replay(arena):
         out.copy_to_device(poisoned(64, np.float32))
         graph.replay()
         np.testing.assert_array_equal(out.copy_to_host(), 2 * values)
-        # An eager frame in between takes the whole arena, the graph's arrays too.
+        # The graph's arrays are its own: a frame in between stops below them,
+        # and the graph's input, filled before the frame, is intact after it.
+        values = fill(src, replay + 10)
         with pytest.raises(devalloc.ArenaOverflowError), arena.frame():
             offsets, lengths = take_until_full(arena, lanes=32, calls=8, nbytes=4096)
-        assert max(end for _, end in spans_of(offsets, lengths)) > offset_of(arena, out)
+        assert max(end for _, end in spans_of(offsets, lengths)) <= offset_of(arena, out)
+        np.testing.assert_array_equal(src.copy_to_host(), values)
+    graph.close()  # its arrays are the arena's again
+    with pytest.raises(devalloc.ArenaOverflowError), arena.frame():
+        offsets, lengths = take_until_full(arena, lanes=32, calls=8, nbytes=4096)
+    assert max(end for _, end in spans_of(offsets, lengths)) > offset_of(arena, out)
+
+
+def capture_doubling(arena, n=64):
+    """A graph doubling its own input array into its own output array."""
+    with arena.capture() as graph:
+        src = arena.empty(n, np.float32)
+        out = arena.empty(n, np.float32)
+        scale_into_scratch[2, 32](arena, src, out)
+    return graph, src, out
+
+
+def test_two_graphs_keep_their_arrays_apart(arena):
+    """Each graph's arrays are its own (inputs filled for both, then both
+    replayed: each doubles its own), and a graph replayed after another was
+    captured allocates below that one's arrays too."""
+    first, first_src, first_out = capture_doubling(arena)
+    second, second_src, second_out = capture_doubling(arena)
+    spans = sorted((offset_of(arena, a), offset_of(arena, a) + a.nbytes)
+                   for a in (first_src, first_out, second_src, second_out))  # fmt: skip
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+    for turn in range(2):
+        ones, twos = fill(first_src, turn), fill(second_src, 50 + turn)
+        first_out.copy_to_device(poisoned(64, np.float32))
+        second_out.copy_to_device(poisoned(64, np.float32))
+        first.replay()
+        second.replay()
+        np.testing.assert_array_equal(first_out.copy_to_host(), 2 * ones)
+        np.testing.assert_array_equal(second_out.copy_to_host(), 2 * twos)
+    requests = np.full((64, 64), 4096)
+    got = [cuda.to_device(poisoned(requests.shape, np.int64)) for _ in range(2)]
+    with arena.capture() as greedy:  # (takes all it can: no arrays of its own)
+        record_allocs[1, 64](arena, cuda.to_device(requests), *got)
+    ones = fill(first_src, 7)
+    greedy.replay()
+    with pytest.raises(devalloc.ArenaOverflowError):
+        arena.check()
+    spans = spans_of(got[0].copy_to_host(), got[1].copy_to_host())
+    assert spans and max(end for _, end in spans) <= offset_of(arena, second_src)
+    first.replay()
+    np.testing.assert_array_equal(first_out.copy_to_host(), 2 * ones)
+
+
+def test_graphs_give_their_arrays_back_when_closed_or_dropped(arena):
+    """Graphs' arrays are a stack: the latest's come back when it is closed
+    (or dropped, at the arena's next frame), an earlier one's once those
+    captured after it are back too. A capture that raised keeps none."""
+    first, *_ = capture_doubling(arena, 256)
+    second, *_ = capture_doubling(arena, 512)
+    held = arena.stats().frame_array_bytes
+    assert held == 2 * 4 * (256 + 512)
+    with pytest.raises(RuntimeError), arena.capture():
+        arena.empty(1000, np.float32)
+        raise RuntimeError("a capture that fails")
+    assert arena.stats().frame_array_bytes == held
+    first.close()  # below `second`'s arrays: held until those come back
+    assert arena.stats().frame_array_bytes == held
+    del second
+    gc.collect()
+    with arena.frame():
+        pass
+    assert arena.stats().frame_array_bytes == 0
+    with arena.frame():  # the whole arena is the frame's again
+        whole = arena.empty(arena.capacity, np.uint8)
+        assert whole.size == arena.capacity
 
 
 def test_a_capture_keeps_its_kernels_below_its_frame_arrays(arena):
