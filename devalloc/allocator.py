@@ -905,9 +905,13 @@ NOT_SERVED = -2  # what the fast path returns for a request it leaves to the gen
 
 
 @device_function
-def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct):
+def group_alloc(
+    hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct, report
+):  # fmt: skip
     """Allocation for every lane that calls it together: one chunk for the group,
-    then, for the lanes it could not serve, one try each. A whole warp asking
+    then, for the lanes it could not serve, one try each; a request that gets
+    no memory is counted as a failure if `report` (a constant: False for
+    ``arena.try_alloc``, whose requests are reported only if invalid). A whole warp asking
     alike for less than `align` takes the fast path; otherwise (and when the
     arena cannot give its chunk) it gets a copy of the general path compiled for
     its constant mask: the warp primitives then need no check that their lanes
@@ -920,14 +924,15 @@ def group_alloc(hdr, state, tally, warp, slot, capacity, align, log2_slab, nbyte
         if offset != NOT_SERVED:
             return offset
         return alloc_for(
-            FULL_MASK, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
-        )
+            FULL_MASK, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct,
+            report,
+        )  # fmt: skip
     if mask & (mask - 1) == 0:  # one lane alone
         offset = take_alone(hdr, state, tally, warp, slot, capacity, align, nbytes, direct)
         if offset != NOT_SERVED:
             return offset
     return alloc_for(
-        mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct
+        mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct, report
     )
 
 
@@ -1013,7 +1018,9 @@ def take_uniform_small(hdr, state, tally, warp, slot, capacity, align, log2_slab
 
 
 @device_function
-def alloc_for(mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct):
+def alloc_for(
+    mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct, report
+):  # fmt: skip
     """`group_alloc` for the lanes of `mask`."""
     lane = cuda.laneid
     leader = cuda.ffs(mask) - 1
@@ -1075,14 +1082,15 @@ def alloc_for(mask, hdr, state, tally, warp, slot, capacity, align, log2_slab, n
     if (start < 0) | (served != mask):  # the same for the whole group
         offset = serve_the_rest(
             hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct,
-            mask, offset, cuda.popc(served) > 1,
+            mask, offset, cuda.popc(served) > 1, report,
         )  # fmt: skip
     return offset
 
 
 @device_function
 def serve_the_rest(
-    hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct, mask, offset, several
+    hdr, state, tally, warp, slot, capacity, align, log2_slab, nbytes, direct, mask, offset,
+    several, report,
 ):  # fmt: skip
     """The lanes of a group that its chunk did not serve (it was refused, or they
     were not in it) try alone, in turn (on the GPU the turns overlap: nothing
@@ -1105,5 +1113,6 @@ def serve_the_rest(
                 offset = alone << 4
                 count_into(tally, 1, lane_granules(nbytes, align))
         retry &= retry - 1
-    count_failures(state, mask, (offset < 0) & (nbytes != 0), nbytes)
+    failed = (offset < 0) & (nbytes != 0) & (report | (nbytes < 0))
+    count_failures(state, mask, failed, nbytes)
     return offset

@@ -830,12 +830,16 @@ class Arena:
         """A Numba device array over arena memory at byte `offset` (no copy).
 
         The memory is what kernels wrote there; it stays valid until a later
-        launch allocates over it.
+        launch allocates over it. A view of nothing at offset -1 (where a
+        kernel's ``arena.alloc(0, ...)`` or failed request lies) is an empty
+        array, so that kernels' results of any length gather alike.
         """
         offset = _int(offset, "offset")
         dims = _dims(shape)
         dtype = _number_dtype(dtype)
         nbytes = math.prod(dims) * dtype.itemsize
+        if offset == -1 and nbytes == 0:
+            offset = 0
         if offset < 0 or offset + nbytes > self._capacity:
             raise ValueError(
                 f"a view of {nbytes} bytes at offset {offset} does not fit in the arena's "

@@ -4,7 +4,8 @@ A kernel never receives the host `Arena` object. `@devalloc.kernel` compiles a
 small wrapper kernel whose first argument is one int64 *handle* (marshalled as
 cheaply as any scalar); the wrapper builds an `ArenaType` value from it and
 hands that to the user's function. This module defines that type, its data
-model, and the methods kernels call on it: ``alloc``, ``offset`` and ``view``.
+model, and the methods kernels call on it: ``alloc``, ``try_alloc``, ``offset``
+and ``view``.
 
 ``ArenaType`` is specialised on the strategy and the alignment, so the
 allocator's branches on them fold away at compile time.
@@ -148,7 +149,7 @@ def _shape_kind(shape, method):
     )
 
 
-def _allocator(arena):
+def _allocator(arena, report):
     align = arena.align
     direct = L.STRATEGIES[arena.strategy].direct
 
@@ -158,7 +159,7 @@ def _allocator(arena):
         tally = carray(arena._tally, L.TALLY_WORDS)
         return group_alloc(
             hdr, state, tally, arena._warp, arena._slot, arena._capacity, align, arena._log2_slab,
-            nbytes, direct,
+            nbytes, direct, report,
         )  # fmt: skip
 
     return device_function(allocate)
@@ -167,19 +168,29 @@ def _allocator(arena):
 _allocators = {}
 
 
-def allocator_for(arena):
-    key = (arena.strategy, arena.align)
+def allocator_for(arena, report):
+    key = (arena.strategy, arena.align, report)
     if key not in _allocators:
-        _allocators[key] = _allocator(arena)
+        _allocators[key] = _allocator(arena, report)
     return _allocators[key]
 
 
 @overload_method(ArenaType, "alloc", inline="always")
 def arena_alloc(arena, shape, dtype):
     """A failed allocation is a zero-size array whose offset is -1."""
-    itemsize = _element(dtype, "alloc")
-    ndim = _shape_kind(shape, "alloc")
-    allocate = allocator_for(arena)
+    return alloc_impl(arena, shape, dtype, "alloc", report=True)
+
+
+@overload_method(ArenaType, "try_alloc", inline="always")
+def arena_try_alloc(arena, shape, dtype):
+    """`alloc`, but a request the arena has no room for is no failure."""
+    return alloc_impl(arena, shape, dtype, "try_alloc", report=False)
+
+
+def alloc_impl(arena, shape, dtype, method, report):
+    itemsize = _element(dtype, method)
+    ndim = _shape_kind(shape, method)
+    allocate = allocator_for(arena, report)
     if ndim == 0:
 
         def impl(arena, shape, dtype):

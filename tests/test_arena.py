@@ -182,6 +182,16 @@ def test_frames_do_not_nest(arena):
             pass
 
 
+def test_device_view_of_nothing_at_offset_minus_one_is_empty(arena):
+    """Where a kernel's `alloc(0, ...)` (or a failed request) lies: so that
+    results of any length, none included, gather alike."""
+    for dims in (0, (0, 3)):
+        view = arena.device_view(-1, dims, np.int32)
+        assert view.size == 0 and view.shape == np.empty(dims).shape
+    with pytest.raises(ValueError, match="does not fit"):
+        arena.device_view(-1, 1, np.int32)
+
+
 def test_device_view_reads_what_kernels_wrote(arena):
     offsets = launch_take(arena, 24)
     for t in (0, 5, 31):

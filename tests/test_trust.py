@@ -52,6 +52,57 @@ def test_try_big_then_fall_back_smaller(strategy):
         assert (info.value.failed, info.value.requested) == (1, 40960)
 
 
+@devalloc.kernel
+def try_big_then_small(arena, big, small, got):
+    """Each thread asks `big` bytes with `try_alloc`, and if it got none, `small`
+    with `alloc`; it writes its id over what it got, records the size, then
+    checks the id is still there (no other thread's memory overlaps)."""
+    t = cuda.grid(1)
+    if t < got.shape[0]:
+        buf = arena.try_alloc(big[t], np.uint8)
+        if buf.size == 0:
+            buf = arena.alloc(small[t], np.uint8)
+        for i in range(buf.size):
+            buf[i] = t & 0xFF
+        cuda.syncthreads()
+        intact = 1
+        for i in range(buf.size):
+            if buf[i] != t & 0xFF:
+                intact = 0
+        got[t, 0] = buf.size
+        got[t, 1] = intact
+
+
+def test_try_alloc_fails_without_a_report_so_falling_back_works(strategy):
+    """`try_alloc` is `alloc` for a request that may not fit: the threads the
+    arena has no room for fall back, and nothing is reported or counted as a
+    failure. Invalid sizes are reported still (a bug, not a lack of room), and
+    the fallback's own failures are."""
+    threads = 64
+    big, small = np.full(threads, 5000), np.full(threads, 16)  # 12 bigs fit, and 4 KiB
+    with devalloc.Arena(64 << 10, strategy=strategy) as arena:
+        for _ in range(2):  # a second launch: no report waiting
+            got = poisoned((threads, 2), np.int64)
+            try_big_then_small[1, threads](arena, big, small, got)
+            sizes = got[:, 0]
+            assert set(sizes) == {5000, 16} and (got[:, 1] == 1).all()
+            assert 0 < 5000 * np.count_nonzero(sizes == 5000) <= 64 << 10
+        arena.check()
+        assert arena.stats().failed_allocs == 0
+        big[7], small[7] = -5, 100  # an invalid size: reported, and the fallback serves
+        got = poisoned((threads, 2), np.int64)
+        try_big_then_small[1, threads](arena, big, small, got)
+        assert got[7, 0] == 100
+        with pytest.raises(devalloc.ArenaOverflowError) as info:
+            arena.check()
+        assert (info.value.failed, info.value.requested) == (1, -5)
+        big[:], small[:] = 1 << 20, 1 << 20  # neither fits: only alloc's failures count
+        try_big_then_small[1, threads](arena, big, small, got)
+        with pytest.raises(devalloc.ArenaOverflowError) as info:
+            arena.check()
+        assert info.value.failed == threads and arena.stats().failed_allocs == 1 + threads
+
+
 def test_one_lane_asking_too_much_fails_alone(strategy):
     sizes = np.full((32, 1), 64)
     sizes[5] = 70000  # more than the whole arena

@@ -88,14 +88,20 @@ class SimKernelArena:
         return np.ndarray(dims, dtype, buffer=buffer, offset=index)
 
     def alloc(self, shape, dtype):
-        dtype = _dtype(dtype, "alloc")
-        dims, count = _dims(shape, "alloc")
+        return self._alloc(shape, dtype, "alloc", True)
+
+    def try_alloc(self, shape, dtype):
+        return self._alloc(shape, dtype, "try_alloc", False)
+
+    def _alloc(self, shape, dtype, method, report):
+        dtype = _dtype(dtype, method)
+        dims, count = _dims(shape, method)
         nbytes = request_bytes(count, dtype.itemsize)
         hdr = array_at(self._header, L.HEADER_WORDS)
         offset = int(
             group_alloc(
                 hdr, self._state, self._tally, self._warp, self._slot, self._capacity, self._align,
-                self._log2_slab, nbytes, self._direct,
+                self._log2_slab, nbytes, self._direct, report,
             )
         )  # fmt: skip
         return self._array(offset, dims, dtype, offset >= 0 or nbytes == 0)
