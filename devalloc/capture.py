@@ -145,15 +145,17 @@ class _Capture:
         try:
             _capturing_streams.remove(self._graph.stream)
             arena._capture = None
-            self._graph._limit = arena._limit  # its kernels stop below its frame arrays
-            if exc_type is None:
-                self._graph._keep_arrays(arena._keep_graph_arrays())
-            arena._release_frame_arrays(learn=False)
-            arena._limit = arena._graph_top
-            if exc_type is None:
-                self._graph._recording.finish()
-            else:
-                self._graph._recording.abandon()
+            graph = self._graph
+            graph._limit = arena._limit  # its kernels stop below its frame arrays
+            try:
+                if exc_type is None:
+                    graph._recording.finish()
+                    graph._keep_arrays(arena._keep_graph_arrays())  # (only a graph that replays)
+                else:
+                    graph._recording.abandon()
+            finally:
+                arena._release_frame_arrays(learn=False)
+                arena._limit = arena._graph_top
         finally:
             arena._lock.release()
         return False

@@ -298,7 +298,8 @@ def test_two_graphs_keep_their_arrays_apart(arena):
 def test_graphs_give_their_arrays_back_when_closed_or_dropped(arena):
     """Graphs' arrays are a stack: the latest's come back when it is closed
     (or dropped, at the arena's next frame), an earlier one's once those
-    captured after it are back too. A capture that raised keeps none."""
+    captured after it are back too. A capture that raised, or whose graph
+    could not be made, keeps none."""
     first, *_ = capture_doubling(arena, 256)
     second, *_ = capture_doubling(arena, 512)
     held = arena.stats().frame_array_bytes
@@ -307,6 +308,19 @@ def test_graphs_give_their_arrays_back_when_closed_or_dropped(arena):
         arena.empty(1000, np.float32)
         raise RuntimeError("a capture that fails")
     assert arena.stats().frame_array_bytes == held
+
+    with pytest.raises(devalloc.CudaError), arena.capture() as unmade:
+        arena.empty(1000, np.float32)
+        recording = unmade._recording
+        finish = recording.finish
+
+        def refuse():  # (the capture ended, as a failed instantiation leaves it)
+            finish()
+            recording.close()
+            raise devalloc.CudaError("CUDA_ERROR_INVALID_VALUE", "cuGraphInstantiate")
+
+        recording.finish = refuse
+    assert arena.stats().frame_array_bytes == held and not recording.replayable
     first.close()  # below `second`'s arrays: held until those come back
     assert arena.stats().frame_array_bytes == held
     del second
