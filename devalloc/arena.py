@@ -49,6 +49,8 @@ from .errors import (
     ArenaOverflowError,
     ArenaOverflowWarning,
     DevallocError,
+    DevallocTypeError,
+    DevallocValueError,
     numba_number,
 )
 from .numba_compat import numpy_dtype_of
@@ -64,17 +66,19 @@ MAX_ALIGN = 1 << L.MAX_LOG2_SLAB
 
 def _int(value, name):
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int (got bool {value!r})")
+        raise DevallocTypeError(f"{name} must be an int (got bool {value!r})")
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int (got {type(value).__name__} {value!r})") from None
+        raise DevallocTypeError(
+            f"{name} must be an int (got {type(value).__name__} {value!r})"
+        ) from None
 
 
 def _positive_int(value, name):
     value = _int(value, name)
     if value <= 0:
-        raise ValueError(f"{name} must be positive (got {value})")
+        raise DevallocValueError(f"{name} must be positive (got {value})")
     return value
 
 
@@ -83,13 +87,17 @@ def _dims(shape):
         dims = (_int(shape, "shape"),)
     except TypeError:
         if not isinstance(shape, tuple):
-            raise TypeError(f"shape must be an int or a tuple of ints (got {shape!r})") from None
+            raise DevallocTypeError(
+                f"shape must be an int or a tuple of ints (got {shape!r})"
+            ) from None
         try:
             dims = tuple(_int(dim, "shape") for dim in shape)
         except TypeError:
-            raise TypeError(f"shape must be an int or a tuple of ints (got {shape!r})") from None
+            raise DevallocTypeError(
+                f"shape must be an int or a tuple of ints (got {shape!r})"
+            ) from None
     if any(dim < 0 for dim in dims):
-        raise ValueError(f"shape must not have negative dimensions (got {shape!r})")
+        raise DevallocValueError(f"shape must not have negative dimensions (got {shape!r})")
     return dims
 
 
@@ -101,21 +109,25 @@ def require_stream(stream):
         return stream
     if any(hasattr(stream, name) for name in ("handle", "synchronize", "__cuda_stream__")):
         return stream
-    raise TypeError(f"stream must be a Numba stream (cuda.stream()), 0 or None (got {stream!r})")
+    raise DevallocTypeError(
+        f"stream must be a Numba stream (cuda.stream()), 0 or None (got {stream!r})"
+    )
 
 
 def _number_dtype(dtype):
     if dtype is None:  # (NumPy would take it for float64)
-        raise TypeError("dtype must be a NumPy number or bool type (got None)")
+        raise DevallocTypeError("dtype must be a NumPy number or bool type (got None)")
     try:
         dtype = np.dtype(dtype)
     except TypeError:
         try:  # a Numba scalar type (numba.float32): off the common path
             dtype = np.dtype(numpy_dtype_of(dtype))
         except TypeError:
-            raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype!r})") from None
+            raise DevallocTypeError(
+                f"dtype must be a NumPy number or bool type (got {dtype!r})"
+            ) from None
     if not numba_number(dtype):
-        raise TypeError(f"dtype must be a NumPy number or bool type (got {dtype})")
+        raise DevallocTypeError(f"dtype must be a NumPy number or bool type (got {dtype})")
     return dtype
 
 
@@ -341,15 +353,15 @@ def checked_arena_options(nbytes, align=256, strategy="warp_slab", device=None, 
     nbytes = _positive_int(nbytes, "nbytes")
     align = _positive_int(align, "align")
     if align & (align - 1) or not MIN_ALIGN <= align <= MAX_ALIGN:
-        raise ValueError(
+        raise DevallocValueError(
             f"align must be a power of two from {MIN_ALIGN} to {MAX_ALIGN} (got {align})"
         )
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
+        raise DevallocValueError(f"strategy must be one of {STRATEGIES} (got {strategy!r})")
     if device is not None and _int(device, "device") < 0:
-        raise ValueError(f"device must be a GPU number, 0 or more (got {device})")
+        raise DevallocValueError(f"device must be a GPU number, 0 or more (got {device})")
     if nbytes > L.MAX_CAPACITY:
-        raise ValueError(
+        raise DevallocValueError(
             f"nbytes must be at most {L.MAX_CAPACITY} (4 TiB) for one arena (got {nbytes})"
         )
     if sizing is not None:
@@ -359,7 +371,7 @@ def checked_arena_options(nbytes, align=256, strategy="warp_slab", device=None, 
 
 def _checked_sizing(sizing):
     if not isinstance(sizing, Sizing):
-        raise TypeError(f"sizing must be a devalloc.Sizing (got {type(sizing).__name__})")
+        raise DevallocTypeError(f"sizing must be a devalloc.Sizing (got {type(sizing).__name__})")
     return sizing
 
 
@@ -522,14 +534,14 @@ class Arena:
     @property
     def _numba_type_(self):
         # Numba asks this of every kernel argument: say what to do instead.
-        raise TypeError(
+        raise DevallocTypeError(
             "a devalloc.Arena can only be passed to a kernel decorated with "
             "@devalloc.kernel, as its first argument: not to a plain @cuda.jit kernel, "
             "nor as another argument (a kernel allocates from one arena)"
         )
 
     def _in_kernels_only(self, method):
-        raise TypeError(
+        raise DevallocTypeError(
             f"arena.{method}() works inside kernels decorated with @devalloc.kernel, on "
             "the arena passed as their first argument; on the host, use "
             "arena.device_view(offset, shape, dtype)"
@@ -841,12 +853,12 @@ class Arena:
         if offset == -1 and nbytes == 0:
             offset = 0
         if offset < 0 or offset + nbytes > self._capacity:
-            raise ValueError(
+            raise DevallocValueError(
                 f"a view of {nbytes} bytes at offset {offset} does not fit in the arena's "
                 f"{self._capacity} bytes"
             )
         if offset % dtype.itemsize:
-            raise ValueError(
+            raise DevallocValueError(
                 f"offset must be a multiple of the {dtype} item size {dtype.itemsize} "
                 f"(got {offset})"
             )
@@ -1061,7 +1073,7 @@ class Arena:
         """
         nbytes = _positive_int(nbytes, "nbytes")
         if nbytes > L.MAX_CAPACITY:
-            raise ValueError(
+            raise DevallocValueError(
                 f"nbytes must be at most {L.MAX_CAPACITY} (4 TiB) for one arena (got {nbytes})"
             )
         with self._lock:
@@ -1115,7 +1127,7 @@ class Arena:
 
     def __reduce__(self):
         # A copy would share the device memory and free it when either closes.
-        raise TypeError(
+        raise DevallocTypeError(
             "an Arena owns its device memory and cannot be copied or pickled: pass the "
             "arena itself (in Dask, `devalloc.dask.worker_arena` gives each worker one)"
         )

@@ -6,6 +6,8 @@ __all__ = [
     "ArenaOverflowWarning",
     "CudaError",
     "DevallocError",
+    "DevallocTypeError",
+    "DevallocValueError",
     "DeviceMemoryError",
     "MemoryManagerError",
     "NoGpuError",
@@ -28,6 +30,16 @@ class DevallocError(Exception):
 
 def _rebuild(cls, args, kwargs):
     return cls(*args, **kwargs)
+
+
+class DevallocValueError(DevallocError, ValueError):
+    """Bad input: a value of the right type that devalloc cannot take (a size,
+    an alignment, a launch configuration...). A `ValueError` as well."""
+
+
+class DevallocTypeError(DevallocError, TypeError):
+    """Bad input: an argument of a type devalloc does not take. A `TypeError`
+    as well."""
 
 
 class ArenaClosedError(DevallocError, RuntimeError):

@@ -43,7 +43,7 @@ from . import layout as L
 from .allocator import enter_block, enter_views, leave_block, resolve_slot
 from .arena import Arena, require_stream
 from .backend import SIMULATOR, arena_maker, array_at, device_function, jit_kernel
-from .errors import DevallocError
+from .errors import DevallocError, DevallocTypeError, DevallocValueError
 from .numba_compat import compiling_for, direct_launch
 
 __all__ = ["Kernel", "kernel"]
@@ -140,11 +140,13 @@ def _user_parameters(py_func):
     try:
         signature = inspect.signature(py_func)
     except (TypeError, ValueError):
-        raise TypeError(f"@devalloc.kernel needs a Python function (got {py_func!r})") from None
+        raise DevallocTypeError(
+            f"@devalloc.kernel needs a Python function (got {py_func!r})"
+        ) from None
     params = list(signature.parameters.values())
     plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     if not params or any(p.kind not in plain or p.default is not p.empty for p in params):
-        raise TypeError(
+        raise DevallocTypeError(
             f"@devalloc.kernel: {py_func.__qualname__} must take plain positional "
             "parameters, the first receiving the arena (got "
             f"{py_func.__qualname__}{signature})"
@@ -169,13 +171,15 @@ def _checked_machine_options(py_func, options):
     name = py_func.__qualname__
     registers = options.get("max_registers")
     if registers is not None and (_positive_ints(registers, 1) is None or registers > 255):
-        raise ValueError(f"{name}: max_registers must be an int from 1 to 255 (got {registers!r})")
+        raise DevallocValueError(
+            f"{name}: max_registers must be an int from 1 to 255 (got {registers!r})"
+        )
     bounds = options.get("launch_bounds")
     if bounds is None:
         return None
     items = _positive_ints(bounds, 3)
     if items is None:
-        raise ValueError(
+        raise DevallocValueError(
             f"{name}: launch_bounds must be a positive int or a tuple of 1-3 of them "
             f"(max threads per block, min blocks per SM, max blocks per cluster; got {bounds!r})"
         )
@@ -187,9 +191,9 @@ class Kernel:
 
     def __init__(self, py_func, options):
         if options.get("cache"):
-            raise ValueError("@devalloc.kernel does not support cache=True yet")
+            raise DevallocValueError("@devalloc.kernel does not support cache=True yet")
         if options.get("device"):
-            raise TypeError(
+            raise DevallocTypeError(
                 "@devalloc.kernel makes kernels: a device function that allocates is a "
                 "@cuda.jit(device=True) function called from one, with the arena passed on"
             )
@@ -208,7 +212,7 @@ class Kernel:
         return f"<devalloc.kernel {self.py_func.__qualname__}>"
 
     def __call__(self, *args, **kwargs):
-        raise TypeError(
+        raise DevallocTypeError(
             f"launch a devalloc kernel with a configuration: "
             f"{self.__name__}[blocks, threads](arena, ...)"
         )
@@ -267,7 +271,8 @@ class Kernel:
 
     def ptx(self, *argtypes, strategy="warp_slab", align=256, cc=(9, 0)):
         """PTX of the kernel as launched (wrapper and all) for Numba `argtypes` of
-        the parameters after the arena. Needs no GPU."""
+        the parameters after the arena. Needs no GPU, but the real compiler:
+        not under the simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
         kept = (*_DEVICE_OPTIONS, "launch_bounds")  # (max_registers is the linker's)
         options = {k: v for k, v in self._options.items() if k in kept}
         with compiling_for(cc):
@@ -284,7 +289,7 @@ def refuse_runtime_dtypes(args):
         if isinstance(arg, Arena):
             arg._numba_type_()
         if isinstance(arg, np.dtype) or (isinstance(arg, type) and issubclass(arg, np.generic)):
-            raise TypeError(
+            raise DevallocTypeError(
                 f"a dtype cannot be a kernel argument (got {arg!r}): the GPU compiles "
                 "arena.alloc for one dtype, so name it in the kernel (np.float32)"
             )
@@ -304,10 +309,10 @@ def _launch_dims(value, what, limits):
         except TypeError:
             dims = ()
     if not 1 <= len(dims) <= 3 or isinstance(value, bool):
-        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints (got {value!r})")
+        raise DevallocTypeError(f"{what} must be an int or a tuple of 1-3 ints (got {value!r})")
     for dim, limit, axis in zip(dims, limits, "xyz"):
         if not 1 <= dim <= limit:
-            raise ValueError(f"{what} must be 1 to {limit} along {axis} (got {value!r})")
+            raise DevallocValueError(f"{what} must be 1 to {limit} along {axis} (got {value!r})")
     return dims
 
 
@@ -318,19 +323,19 @@ class _Launcher:
 
     def __init__(self, kernel, config):
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
-            raise ValueError(
+            raise DevallocValueError(
                 "a launch configuration is [blocks, threads], [blocks, threads, stream] "
                 f"or [blocks, threads, stream, sharedmem] (got {config!r})"
             )
         blocks = _launch_dims(config[0], "the number of blocks", _MAX_GRID)
         threads = math.prod(_launch_dims(config[1], "the threads per block", _MAX_BLOCK))
         if threads > L.MAX_BLOCK_THREADS:
-            raise ValueError(
+            raise DevallocValueError(
                 f"a block has at most {L.MAX_BLOCK_THREADS} threads (got {config[1]!r}: {threads})"
             )
         bound = kernel._max_block_threads
         if bound is not None and threads > bound:
-            raise ValueError(
+            raise DevallocValueError(
                 f"{kernel.__qualname__} was compiled with launch_bounds for at most {bound} "
                 f"threads per block (got {config[1]!r}: {threads})"
             )
@@ -342,11 +347,11 @@ class _Launcher:
         if len(config) > 3:
             shared = config[3]
             if isinstance(shared, bool) or not isinstance(shared, (int, np.integer)):
-                raise TypeError(
+                raise DevallocTypeError(
                     f"the dynamic shared memory must be an int of bytes (got {shared!r})"
                 )
             if shared < 0:
-                raise ValueError(
+                raise DevallocValueError(
                     f"the dynamic shared memory must be 0 or more bytes (got {shared})"
                 )
         self._warps = math.prod(blocks) * -(-threads // 32)
@@ -371,7 +376,7 @@ class _Launcher:
         """Inside ``arena.capture()``: the launch becomes a node of the graph."""
         for arg in args:
             if isinstance(arg, np.ndarray):
-                raise TypeError(
+                raise DevallocTypeError(
                     f"{self._name}: inside arena.capture(), pass device arrays "
                     "(cuda.to_device), not NumPy arrays: Numba would copy a host array "
                     "once, while capturing, not at each replay"
@@ -393,7 +398,7 @@ class _Launcher:
     def _configure(self, arena):
         """The Numba launch of the wrapper compiled for this arena's type."""
         if not isinstance(arena, Arena):
-            raise TypeError(
+            raise DevallocTypeError(
                 f"{self._name}: the first argument must be a devalloc.Arena "
                 f"(got {type(arena).__name__})"
             )
@@ -413,7 +418,7 @@ def kernel(func=None, **options):
     if func is None:
         return lambda f: Kernel(f, options)
     if not callable(func):
-        raise TypeError(
+        raise DevallocTypeError(
             "@devalloc.kernel takes no signature; use @devalloc.kernel or "
             f"@devalloc.kernel(**cuda_jit_options) (got {func!r})"
         )

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from numba import cuda
 
 from .arena import Arena, close_on_exit, join_as_note
-from .errors import ArenaClosedError
+from .errors import ArenaClosedError, DevallocTypeError, DevallocValueError
 
 __all__ = ["ArenaRing", "RingSlot"]
 
@@ -82,30 +82,34 @@ class ArenaRing:
 
     def __init__(self, n, nbytes, *, streams=None, **options):
         if isinstance(n, bool):
-            raise TypeError(f"n must be an int (got bool {n!r})")
+            raise DevallocTypeError(f"n must be an int (got bool {n!r})")
         try:
             n = operator.index(n)
         except TypeError:
-            raise TypeError(f"n must be an int (got {type(n).__name__} {n!r})") from None
+            raise DevallocTypeError(f"n must be an int (got {type(n).__name__} {n!r})") from None
         if not 1 <= n <= 64:
-            raise ValueError(f"n must be from 1 to 64 frames in flight (got {n})")
+            raise DevallocValueError(f"n must be from 1 to 64 frames in flight (got {n})")
         if streams is not None:
             try:
                 streams = list(streams)
             except TypeError:
-                raise TypeError(
+                raise DevallocTypeError(
                     f"streams must be a sequence of {n} Numba streams (got {streams!r})"
                 ) from None
             if len(streams) != n:
-                raise ValueError(f"streams must give one stream per slot: {n} (got {len(streams)})")
+                raise DevallocValueError(
+                    f"streams must give one stream per slot: {n} (got {len(streams)})"
+                )
             keys = [_stream_key(stream) for stream in streams]
             if any(key in _DEFAULT_STREAMS for key in keys):
-                raise ValueError(
+                raise DevallocValueError(
                     "each slot needs a stream of its own, not a default stream: frames on it "
                     "would not overlap"
                 )
             if len(set(keys)) != n:
-                raise ValueError("each slot needs a stream of its own (a stream was given twice)")
+                raise DevallocValueError(
+                    "each slot needs a stream of its own (a stream was given twice)"
+                )
         self._slots = []
         try:
             for k in range(n):

@@ -8,7 +8,7 @@ import math
 import operator
 from dataclasses import dataclass
 
-from .errors import ArenaOverflowError
+from .errors import ArenaOverflowError, DevallocValueError
 from .layout import MAX_CAPACITY
 
 __all__ = ["Sizing", "run_sized"]
@@ -40,15 +40,21 @@ class Sizing:
 
     def __post_init__(self):
         if not _finite(self.headroom) or not self.headroom >= 1:
-            raise ValueError(f"headroom must be a finite number, 1 or more (got {self.headroom!r})")
+            raise DevallocValueError(
+                f"headroom must be a finite number, 1 or more (got {self.headroom!r})"
+            )
         if not _finite(self.growth) or not self.growth > 1:
-            raise ValueError(f"growth must be a finite number, more than 1 (got {self.growth!r})")
+            raise DevallocValueError(
+                f"growth must be a finite number, more than 1 (got {self.growth!r})"
+            )
         measure = _int_or_none(self.measure)
         if measure is None or measure < 1:
-            raise ValueError(f"measure must be an int, 1 or more (got {self.measure!r})")
+            raise DevallocValueError(f"measure must be an int, 1 or more (got {self.measure!r})")
         max_nbytes = _int_or_none(self.max_nbytes)
         if self.max_nbytes is not None and (max_nbytes is None or max_nbytes <= 0):
-            raise ValueError(f"max_nbytes must be a positive int or None (got {self.max_nbytes!r})")
+            raise DevallocValueError(
+                f"max_nbytes must be a positive int or None (got {self.max_nbytes!r})"
+            )
         object.__setattr__(self, "measure", measure)  # (NumPy ints as plain ones)
         object.__setattr__(self, "max_nbytes", max_nbytes)
 

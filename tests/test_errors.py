@@ -3,6 +3,7 @@ error reaches the caller with its message and attributes."""
 
 import pickle
 
+import numpy as np
 import pytest
 
 import devalloc
@@ -27,3 +28,34 @@ def test_an_error_pickles_whole(error):
     assert type(again) is type(error)
     assert str(again) == str(error) and again.args == error.args
     assert vars(again) == vars(error)  # .kernel, .capacity, .requested, .status, ...
+
+
+@devalloc.kernel
+def takes_nothing(arena):
+    pass
+
+
+BAD_INPUT = {
+    "Arena(-1)": lambda arena: devalloc.Arena(-1),
+    "Arena('64')": lambda arena: devalloc.Arena("64"),
+    "align=3": lambda arena: devalloc.Arena(4096, align=3),
+    "strategy": lambda arena: devalloc.Arena(4096, strategy="slab"),
+    "Sizing": lambda arena: devalloc.Sizing(headroom=0.5),
+    "ArenaRing(0)": lambda arena: devalloc.ArenaRing(0, 4096),
+    "kernel(1)": lambda arena: devalloc.kernel(1),
+    "launch config": lambda arena: takes_nothing[0, 32](arena),
+    "not an arena": lambda arena: takes_nothing[1, 32](42),
+    "device_view": lambda arena: arena.device_view(3, 4, np.float32),
+    "reset(stream)": lambda arena: arena.reset(stream="s"),
+    "empty dtype": lambda arena: arena.empty(4, None),
+}
+
+
+@pytest.mark.parametrize("call", BAD_INPUT.values(), ids=BAD_INPUT.keys())
+def test_bad_input_is_a_builtin_error_and_a_devalloc_error(arena, call):
+    """`except ValueError` (or `TypeError`) and `except devalloc.DevallocError`
+    both catch what a bad argument raises, whichever module refuses it."""
+    with arena.frame(), pytest.raises((ValueError, TypeError)) as info:
+        call(arena)
+    assert isinstance(info.value, devalloc.DevallocError), type(info.value)
+    assert isinstance(info.value, (devalloc.DevallocValueError, devalloc.DevallocTypeError))

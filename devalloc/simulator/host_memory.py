@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from .. import layout as L
-from ..errors import DeviceMemoryError
+from ..errors import DevallocValueError, DeviceMemoryError
 from ..numba_compat import FakeCUDAArray
 from .device_memory import bytes_at, register_buffer, unregister_buffer
 
@@ -16,7 +16,9 @@ __all__ = ["SimMemory"]
 class SimMemory:
     def __init__(self, capacity, align, device):
         if device not in (None, 0):
-            raise ValueError(f"the CUDA simulator has one device, 0 (got device={device!r})")
+            raise DevallocValueError(
+                f"the CUDA simulator has one device, 0 (got device={device!r})"
+            )
         self.device = device
         self.check_context = False  # (one simulated GPU, one context)
         # numpy gives no 256-byte alignment, unlike cudaMalloc: pad for the worst case.

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import layout as L
 from ..allocator import group_alloc, request_bytes
-from ..errors import DTYPE_HINT, numba_number
+from ..errors import DTYPE_HINT, DevallocTypeError, numba_number
 from ..numba_compat import numpy_dtype_of
 from .device_memory import array_at, buffer_at
 
@@ -29,7 +29,7 @@ def _dtype(dtype, method):
     if isinstance(dtype, type) and issubclass(dtype, np.generic):
         dtype = np.dtype(dtype)
     if not isinstance(dtype, np.dtype) or not numba_number(dtype):
-        raise TypeError(f"arena.{method}: {DTYPE_HINT} (got {dtype!r})")
+        raise DevallocTypeError(f"arena.{method}: {DTYPE_HINT} (got {dtype!r})")
     return dtype
 
 
@@ -51,7 +51,7 @@ def _dims(shape, method):
                 raise TypeError
             dims = tuple(_index(dim) for dim in shape)
         except TypeError:
-            raise TypeError(
+            raise DevallocTypeError(
                 f"arena.{method}: shape must be an int or a non-empty tuple of ints (got {shape!r})"
             ) from None
     count = -1 if any(dim < 0 for dim in dims) else min(math.prod(dims), 1 << 62)
@@ -109,7 +109,7 @@ class SimKernelArena:
     def offset(self, array):
         if not isinstance(array, np.ndarray):  # a kernel's array argument comes wrapped
             if isinstance(array, np.generic) or not hasattr(array, "__array_interface__"):
-                raise TypeError(
+                raise DevallocTypeError(
                     f"arena.offset(array): expected an array (got {type(array).__name__})"
                 )
             array = np.asarray(array)
@@ -121,7 +121,7 @@ class SimKernelArena:
         try:
             offset = _index(offset)
         except TypeError:
-            raise TypeError(f"arena.view: offset must be an int (got {offset!r})") from None
+            raise DevallocTypeError(f"arena.view: offset must be an int (got {offset!r})") from None
         nbytes = request_bytes(count, dtype.itemsize)
         keep = (
             offset >= 0
