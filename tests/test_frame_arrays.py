@@ -257,6 +257,9 @@ def test_a_captured_frame_array_is_the_same_memory_at_every_replay(arena):
 
 def capture_doubling(arena, n=64):
     """A graph doubling its own input array into its own output array."""
+    with arena.frame():  # (launched once before it is captured, as CUDA needs)
+        scratch = arena.empty(n, np.float32)
+        scale_into_scratch[2, 32](arena, scratch, scratch)
     with arena.capture() as graph:
         src = arena.empty(n, np.float32)
         out = arena.empty(n, np.float32)
@@ -283,6 +286,7 @@ def test_two_graphs_keep_their_arrays_apart(arena):
         np.testing.assert_array_equal(second_out.copy_to_host(), 2 * twos)
     requests = np.full((64, 64), 4096)
     got = [cuda.to_device(poisoned(requests.shape, np.int64)) for _ in range(2)]
+    record_allocs[1, 64](arena, cuda.to_device(0 * requests), *got)  # (loaded before capture)
     with arena.capture() as greedy:  # (takes all it can: no arrays of its own)
         record_allocs[1, 64](arena, cuda.to_device(requests), *got)
     ones = fill(first_src, 7)

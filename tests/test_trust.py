@@ -333,6 +333,10 @@ def test_a_report_of_several_kernels_names_each(strategy):
         out = cuda.to_device(poisoned(32, np.int64))
         first, second = cuda.to_device(np.array([[16]])), cuda.to_device(np.array([[16], [16]]))
         got, got_too = (cuda.to_device(poisoned(shape, np.int64)) for shape in [(1, 1), (2, 1)])
+        with arena.frame():  # each launched once before it is captured, as CUDA needs
+            stamp[1, 32](arena, 1, out)
+            ask_in_turn[1, 1](arena, first, got)
+            ask_too[1, 2](arena, second, got_too)
         with arena.capture() as graph:
             stamp[1, 32](arena, 1, out)
             ask_in_turn[1, 1](arena, first, got)
