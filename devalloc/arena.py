@@ -669,17 +669,17 @@ class Arena:
         with self._lock:
             if self._closed:
                 raise ArenaClosedError("cannot replay a graph of a closed arena")
+            if self._in_frame or self._capture is not None:
+                raise DevallocError(
+                    "a replay is a frame of its own: replay outside arena.frame() and "
+                    "arena.capture()"
+                )
             if not graph._recording.replayable:  # (before anything is counted)
                 raise DevallocError("this graph was closed, or its capture did not finish")
             if graph._moves != self._moves:
                 raise DevallocError(
                     "this graph was captured before arena.resize() moved the arena: its "
                     "launches would use the old memory. Capture the frame again."
-                )
-            if self._in_frame or self._capture is not None:
-                raise DevallocError(
-                    "a replay is a frame of its own: replay outside arena.frame() and "
-                    "arena.capture()"
                 )
             reports = self._reports
             if reports.record[_EVENT] != reports.seen:

@@ -13,6 +13,7 @@ class Recording:
     def __init__(self, stream, first_node, header_address):
         self.stream = stream or cuda.stream()
         self._calls = [lambda: first_node[1, 1](header_address)]
+        self._finished = False  # (as on CUDA: not replayable while it records)
 
     def record(self, launch_on, handle, args):
         self._calls.append(lambda: launch_on(None)(handle, *args))
@@ -21,7 +22,7 @@ class Recording:
         self._calls.append(lambda: memory.fill_zeros(array, None))
 
     def finish(self):
-        pass
+        self._finished = True
 
     def abandon(self):
         self._calls = None
@@ -29,7 +30,7 @@ class Recording:
     @property
     def replayable(self):
         """Whether it was finished and not closed since."""
-        return self._calls is not None
+        return self._finished and self._calls is not None
 
     def launch(self, stream):  # (Arena._replay checks `replayable` first)
         for call in self._calls:
