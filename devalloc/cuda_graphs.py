@@ -186,6 +186,11 @@ class Recording:
             first_node[1, 1](Recording._warm.device_ctypes_pointer.value)
         self._capture = StreamCapture(stream)
         self.stream = self._capture.stream
+        # The graph's kernels read their arguments' memory at every replay:
+        # keep the arrays alive as long as the graph (Numba's launch keeps none,
+        # and an array made in the launch's own line is freed when the capture
+        # ends). The simulator's recording keeps them in its calls.
+        self._arguments = []
         self._finalizer = weakref.finalize(self, _close_when_safe, self._capture)
         try:
             first_node[1, 1, self._capture.side_stream()](header_address)
@@ -196,6 +201,7 @@ class Recording:
     def record(self, launch_on, handle, args):
         self._capture.join_side()
         launch_on(self.stream)(handle, *args)
+        self._arguments.append(args)
 
     def fill_zeros(self, memory, array):
         memory.fill_zeros(array, self.stream)
@@ -205,6 +211,7 @@ class Recording:
 
     def abandon(self):
         self._capture.abandon()
+        self._arguments = []
 
     @property
     def replayable(self):
@@ -216,3 +223,4 @@ class Recording:
 
     def close(self):
         self._finalizer()
+        self._arguments = []

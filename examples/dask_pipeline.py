@@ -31,12 +31,19 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import frame_pipeline as P  # noqa: E402 (picks the simulator when there is no GPU)
 import numpy as np  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import devalloc  # noqa: E402
 from devalloc.backend import SIMULATOR  # noqa: E402
-from devalloc.dask import ArenaPlugin  # noqa: E402
+
+try:  # (the options are checked first either way: main says what is missing)
+    from distributed import Client, LocalCluster
+
+    from devalloc.dask import ArenaPlugin
+except ImportError as error:
+    DASK_MISSING = error
+else:
+    DASK_MISSING = None
 
 
 def make_cluster(workers, gpu):
@@ -82,6 +89,9 @@ def main(argv=None):
         parser.error("--frames and --workers must be at least 1, --check at least 0")
     if SIMULATOR and workers > 1:
         parser.error("the simulator runs one kernel at a time: one worker (--workers 1)")
+    if DASK_MISSING is not None:
+        parser.exit(2, f"{parser.prog}: error: needs Dask's distributed ({DASK_MISSING}): "
+                       'pip install -e ".[dask]"\n')  # fmt: skip
 
     with make_cluster(workers, gpu) as cluster, Client(cluster) as client:
         client.register_plugin(ArenaPlugin(1 << 20))

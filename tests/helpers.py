@@ -99,7 +99,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def env_with_root(**extra):
     """The environment for a child Python that imports devalloc from this checkout."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, **extra)
+    return dict(os.environ, **{"PYTHONPATH": path, **extra})
 
 
 def run_script(script, *args, timeout=600):

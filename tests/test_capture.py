@@ -1,11 +1,15 @@
 """arena.capture() and graph.replay(): a frame recorded once, replayed as a frame
 of its own each time (on the simulator, the recorded launches run in order)."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from numba import cuda
 
 import devalloc
+from devalloc import numba_compat
 from devalloc.backend import SIMULATOR
 from helpers import poisoned
 
@@ -126,6 +130,32 @@ def test_an_overflow_in_a_replay_is_reported_by_check():
         with pytest.raises(devalloc.ArenaOverflowError, match="'big'"):
             arena.check()
         arena.check()  # exactly once
+
+
+def test_a_graph_keeps_the_arrays_its_launches_were_given():
+    """An array made in the launch's own line is dropped by the caller once the
+    capture ends; the graph's replays read it, so the graph keeps it alive
+    (Numba's launch does not) until it is closed."""
+    offsets = poison()
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, cuda.to_device(np.array([1])), offsets)  # (loaded before capture)
+        with arena.capture() as graph:
+            value = cuda.to_device(np.array([4000]))
+            put[1, 32](arena, value, offsets)
+        kept = weakref.ref(value)
+        del value
+        if not SIMULATOR:  # what Numba would free in a later batch, freed now
+            numba_compat.flush_deallocations()
+        gc.collect()
+        assert kept() is not None
+        reused = [cuda.to_device(np.array([-1])) for _ in range(64)]  # (its memory, if freed)
+        graph.replay()
+        starts = sorted(offsets.copy_to_host())
+        view = arena.device_view(0, 32 * 32, np.uint8).copy_to_host().view(np.int64)
+        np.testing.assert_array_equal(view[np.array(starts) // 8], 4000 + np.arange(32))
+        graph.close()
+        gc.collect()
+        assert kept() is None and len(reused) == 64
 
 
 def test_what_a_capture_refuses():

@@ -2,13 +2,16 @@
 (on the simulator without a GPU)."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from devalloc.backend import SIMULATOR
-from helpers import run_script
+from helpers import env_with_root, run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "examples" / "frame_pipeline.py"
@@ -150,6 +153,20 @@ def test_the_other_examples_refuse_what_they_cannot_do(tmp_path):
     assert attention.returncode == 2 and "is a folder" in attention.stderr
     dask = run_script(ROOT / "examples" / "dask_pipeline.py", "--workers", "0")
     assert dask.returncode == 2 and "--workers must be at least 1" in dask.stderr
+
+
+def test_the_dask_example_checks_its_options_and_says_when_dask_is_missing(tmp_path):
+    # (The H100 image has no `distributed`: the options were never checked there.)
+    (tmp_path / "distributed").mkdir()
+    (tmp_path / "distributed" / "__init__.py").write_text("raise ImportError('hidden here')\n")
+    env = env_with_root(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    script = str(ROOT / "examples" / "dask_pipeline.py")
+    cases = [(["--workers", "0"], "--workers must be at least 1"),
+             (["--frames", "1"], "needs Dask's distributed (hidden here)")]  # fmt: skip
+    for args, message in cases:
+        run = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
 
 
 @pytest.mark.parametrize(
