@@ -90,8 +90,7 @@ def main(argv=None):
     if SIMULATOR and workers > 1:
         parser.error("the simulator runs one kernel at a time: one worker (--workers 1)")
     if DASK_MISSING is not None:
-        parser.exit(2, f"{parser.prog}: error: needs Dask's distributed ({DASK_MISSING}): "
-                       'pip install -e ".[dask]"\n')  # fmt: skip
+        parser.error(f'needs Dask\'s distributed ({DASK_MISSING}): pip install -e ".[dask]"')
 
     with make_cluster(workers, gpu) as cluster, Client(cluster) as client:
         client.register_plugin(ArenaPlugin(1 << 20))

@@ -102,11 +102,12 @@ def env_with_root(**extra):
     return dict(os.environ, **{"PYTHONPATH": path, **extra})
 
 
-def run_script(script, *args, timeout=600):
-    """Run `script` (a path) with `args` as a user would, from the repository root."""
+def run_script(script, *args, timeout=600, **env):
+    """Run `script` (a path) with `args` as a user would, from the repository root
+    (`env`: variables set or replaced for it)."""
     return subprocess.run(
         [sys.executable, str(script), *args],
-        cwd=ROOT, env=env_with_root(), capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, env=env_with_root(**env), capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
 

@@ -3,15 +3,13 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from devalloc.backend import SIMULATOR
-from helpers import env_with_root, run_script
+from helpers import run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "examples" / "frame_pipeline.py"
@@ -159,13 +157,11 @@ def test_the_dask_example_checks_its_options_and_says_when_dask_is_missing(tmp_p
     # (The H100 image has no `distributed`: the options were never checked there.)
     (tmp_path / "distributed").mkdir()
     (tmp_path / "distributed" / "__init__.py").write_text("raise ImportError('hidden here')\n")
-    env = env_with_root(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    script = str(ROOT / "examples" / "dask_pipeline.py")
+    hiding = os.pathsep.join([str(tmp_path), str(ROOT)])
     cases = [(["--workers", "0"], "--workers must be at least 1"),
              (["--frames", "1"], "needs Dask's distributed (hidden here)")]  # fmt: skip
     for args, message in cases:
-        run = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        run = run_script(ROOT / "examples" / "dask_pipeline.py", *args, PYTHONPATH=hiding)
         assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
 
 
