@@ -14,7 +14,8 @@ stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
 # the GPU. memcheck/racecheck/synccheck: compute-sanitizer over the GPU suite (memcheck)
 # and over the small-launch tests (racecheck and synccheck track every shared access;
 # racecheck never finishes the random retry test, whose lanes wait on each other).
-# probe: benchmarks/probe_graph.py at 1080p and 4K (not in the default stages).
+# probe: benchmarks/probe_graph.py at 1080p and 4K; stalls: Nsight Compute on the
+# single-shot kernels (neither in the default stages).
 if [ -d .whl ]; then  # numpy 2.4.6: numba-cuda 0.30.4 does not compile with numpy 2.5
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -38,8 +39,9 @@ for stage in $stages; do
         timeout 120 python3 -m pytest -q -p no:cacheprovider -W default --timeout=60 tests/test_capture.py \
           2>&1 | tee -a "$OUT/all/gpu-tests.log" | tail -8 ;;
     suite) # every test, each named as it ends (a run stopped by the cap still says which
-        # failed: on an H100, 2026-12-06, 420 s ran 46% of them); SUITE_TESTS picks a part
-        timeout 420 python3 -m pytest -v -p no:cacheprovider -W default -rs ${SUITE_TESTS:-tests/} \
+        # failed: on an H100, 2026-12-06, 420 s ran 46% of them); SUITE_TESTS picks a part,
+        # SUITE_SECONDS its cap
+        timeout ${SUITE_SECONDS:-420} python3 -m pytest -v -p no:cacheprovider -W default -rs ${SUITE_TESTS:-tests/} \
         --hypothesis-profile=report --timeout=120 --timeout-method=thread \
         2>&1 | tee "$OUT/all/suite.log" | grep -E "FAILED|ERROR|passed|failed" | tail -30 ;;
     bench) timeout 300 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/all/bench.log" | tail -22
@@ -74,6 +76,20 @@ for stage in $stages; do
           timeout 120 python3 benchmarks/probe_graph.py --parts --size $size --out "$OUT/all/probe-$size.json" \
             > "$OUT/all/probe-$size.log" 2>&1
           head -40 "$OUT/all/probe-$size.log"
+        done ;;
+    stalls) # where single-shot's time goes (issue 8): Nsight Compute's warp stall reasons and
+        # per-instruction samples of its three kernels (benchmarks/probe_stalls.py), `bump`
+        ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute*/ncu 2>/dev/null | head -1)
+        for threads in 100000 10000; do
+          name=stalls-bump-$threads
+          timeout 100 "$ncu" -f -k regex:"single_shot|preallocated" --launch-skip 9 --launch-count 3 \
+            --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy \
+            -o "$OUT/all/$name" python3 benchmarks/probe_stalls.py --threads $threads --strategy bump \
+            > "$OUT/all/$name-run.log" 2>&1
+          "$ncu" --import "$OUT/all/$name.ncu-rep" > "$OUT/all/$name.log" 2>&1
+          "$ncu" --import "$OUT/all/$name.ncu-rep" --page source --print-source sass --csv \
+            > "$OUT/all/$name-sass.csv" 2>&1
+          grep -iE "==|stall|No Instruction|Duration|Registers|Theoretical Occ" "$OUT/all/$name.log" | head -60
         done ;;
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
         --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/all/host-pools.log" | tail -14

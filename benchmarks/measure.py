@@ -3,6 +3,7 @@ pytest-benchmark suite. Device times come from CUDA events around the launch,
 after warm-up; every figure is the median of several repetitions, and each
 comparison is made against baselines measured in the same process."""
 
+import contextlib
 import json
 import statistics
 import subprocess
@@ -228,6 +229,14 @@ def single_shot_ms(threads, reps=15, strategy="warp_slab"):
     against the allocator written by hand (one warp-aggregated atomic on one
     counter: `K.single_shot_by_hand`). Returns (devalloc, preallocated, by
     hand) ms."""
+    with single_shot_launches(threads, strategy) as launches:
+        return interleaved_ms(launches, reps=reps)
+
+
+@contextlib.contextmanager
+def single_shot_launches(threads, strategy):
+    """The three launches `single_shot_ms` compares (devalloc, preallocated, by
+    hand), each a function of no arguments, with their arena open."""
     blocks, block = grid(threads)
     out = cuda.device_array(threads, np.int64)
     buffer = cuda.device_array(4 * threads, np.uint32)
@@ -236,14 +245,11 @@ def single_shot_ms(threads, reps=15, strategy="warp_slab"):
     cursor = cuda.to_device(np.zeros(1, np.int64))
     # Room for the slabs of a million threads to hold whole warps' chunks.
     with devalloc.Arena(threads * 512 + (64 << 20), strategy=strategy) as arena:
-        return interleaved_ms(
-            [
-                lambda: K.single_shot[blocks, block](arena, out),
-                lambda: K.preallocated[blocks, block](buffer, out),
-                lambda: K.single_shot_by_hand[blocks, block](cursor, wrap, by_hand, out),
-            ],
-            reps=reps,
-        )
+        yield [
+            lambda: K.single_shot[blocks, block](arena, out),
+            lambda: K.preallocated[blocks, block](buffer, out),
+            lambda: K.single_shot_by_hand[blocks, block](cursor, wrap, by_hand, out),
+        ]
 
 
 def with_store_ms(strategy, threads, iters, size, reps=9):

@@ -328,7 +328,8 @@ class _Launcher:
                 f"or [blocks, threads, stream, sharedmem] (got {config!r})"
             )
         blocks = _launch_dims(config[0], "the number of blocks", _MAX_GRID)
-        threads = math.prod(_launch_dims(config[1], "the threads per block", _MAX_BLOCK))
+        block = _launch_dims(config[1], "the threads per block", _MAX_BLOCK)
+        threads = math.prod(block)
         if threads > L.MAX_BLOCK_THREADS:
             raise DevallocValueError(
                 f"a block has at most {L.MAX_BLOCK_THREADS} threads (got {config[1]!r}: {threads})"
@@ -341,8 +342,10 @@ class _Launcher:
             )
         self._kernel = kernel
         self._name = kernel.__qualname__
-        self._griddim = config[0]
-        self._rest = config[1:]
+        # Numba takes ints and tuples of them, not lists or NumPy ints: the checked
+        # dimensions, as tuples of ints, are what it is given.
+        self._griddim = blocks
+        self._rest = (block, *config[2:])
         self._stream = require_stream(config[2]) if len(config) > 2 else 0
         if len(config) > 3:
             shared = config[3]

@@ -133,14 +133,15 @@ def test_an_overflow_in_a_replay_is_reported_by_check():
 
 
 def test_a_graph_keeps_the_arrays_its_launches_were_given():
-    """An array made in the launch's own line is dropped by the caller once the
-    capture ends; the graph's replays read it, so the graph keeps it alive
-    (Numba's launch does not) until it is closed."""
+    """An array made for the capture alone is dropped by the caller once it ends;
+    the graph's replays read it, so the graph keeps it alive (Numba's launch
+    does not) until it is closed. (Made before the capture: CUDA refuses
+    cuMemAlloc inside one.)"""
     offsets = poison()
     with devalloc.Arena(1 << 16) as arena:
         put[1, 32](arena, cuda.to_device(np.array([1])), offsets)  # (loaded before capture)
+        value = cuda.to_device(np.array([4000]))
         with arena.capture() as graph:
-            value = cuda.to_device(np.array([4000]))
             put[1, 32](arena, value, offsets)
         kept = weakref.ref(value)
         del value
@@ -194,6 +195,23 @@ def test_an_exception_inside_a_capture_leaves_no_graph():
         with pytest.raises(devalloc.DevallocError, match="did not finish"):
             graph.replay()
         put[1, 32](arena, value, offsets)  # the arena works on
+        assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+
+
+@pytest.mark.gpu
+def test_numbas_own_allocation_inside_a_capture_fails_and_leaves_no_graph():
+    """CUDA refuses cuMemAlloc in the capturing thread (the simulator does not):
+    Numba's error reaches the caller, not one of the capture's, no graph is
+    left, and the arena works on."""
+    value, offsets = cuda.to_device(np.array([1])), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        with pytest.raises(Exception, match="CAPTURE_UNSUPPORTED") as raised:
+            with arena.capture() as graph:
+                put[1, 32](arena, cuda.to_device(np.array([2])), offsets)
+        assert not isinstance(raised.value, devalloc.DevallocError)
+        with pytest.raises(devalloc.DevallocError, match="did not finish"):
+            graph.replay()
+        put[1, 32](arena, value, offsets)
         assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
 
 

@@ -287,8 +287,9 @@ def test_two_graphs_keep_their_arrays_apart(arena):
     requests = np.full((64, 64), 4096)
     got = [cuda.to_device(poisoned(requests.shape, np.int64)) for _ in range(2)]
     record_allocs[1, 64](arena, cuda.to_device(0 * requests), *got)  # (loaded before capture)
+    sizes = cuda.to_device(requests)  # (CUDA refuses cuMemAlloc inside a capture)
     with arena.capture() as greedy:  # (takes all it can: no arrays of its own)
-        record_allocs[1, 64](arena, cuda.to_device(requests), *got)
+        record_allocs[1, 64](arena, sizes, *got)
     ones = fill(first_src, 7)
     greedy.replay()
     with pytest.raises(devalloc.ArenaOverflowError):

@@ -231,6 +231,9 @@ def test_a_launch_configuration_with_a_list_in_it_is_taken_as_a_tuple_is():
         out = cuda.to_device(poisoned(4, np.int64))
         take[[1], [4]](arena, 256, out)
         assert sorted(out.copy_to_host()) == [0, 256, 512, 768]
+        out.copy_to_device(poisoned(4, np.int64))  # (NumPy ints: Numba's launch takes none)
+        take[[np.int64(1)], (np.int32(4),)](arena, 256, out)
+        assert sorted(out.copy_to_host()) == [0, 256, 512, 768]
         with pytest.raises(TypeError, match="the number of blocks must be an int"):
             take[["one"], 4](arena, 256, out)
 
@@ -323,11 +326,12 @@ def test_a_refused_replay_counts_nothing_and_the_next_launch_starts_empty():
     # was refused but counted as a frame, and moved the host to the slot the
     # latest launch had used: the next launch found that launch's memory taken.
     with devalloc.Arena(1024, align=16) as arena:
+        out = cuda.to_device(poisoned(4, np.int64))  # (CUDA refuses cuMemAlloc in a capture)
         with arena.capture() as closed:
-            take[1, 4](arena, 256, cuda.to_device(poisoned(4, np.int64)))
+            take[1, 4](arena, 256, out)
         closed.close()
         with pytest.raises(RuntimeError), arena.capture() as abandoned:
-            take[1, 4](arena, 256, cuda.to_device(poisoned(4, np.int64)))
+            take[1, 4](arena, 256, out)
             raise RuntimeError("the capture fails")
         assert sorted(offsets(arena, 256)) == [0, 256, 512, 768]
         before = arena.stats()

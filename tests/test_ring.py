@@ -126,9 +126,12 @@ def test_a_closed_ring_refuses_frames_and_closes_every_arena():
 def test_closing_a_ring_reports_every_slots_overflow():
     # Only the first slot's was raised; the others' were lost.
     ring = devalloc.ArenaRing(3, 1024)
+    # (Device arrays: numba-cuda 0.30.4 refuses a NumPy argument of a launch on a
+    # stream, "NumPy only supports stream=None", devalloc's launches as its own.)
+    nbytes, out = cuda.to_device(np.array([4096])), cuda.to_device(poisoned(4, np.int64))
     for _ in range(3):
         with ring.frame() as slot:
-            take[1, 4, slot.stream](slot.arena, np.array([4096]), poisoned(4, np.int64))
+            take[1, 4, slot.stream](slot.arena, nbytes, out)
     with pytest.raises(devalloc.ArenaOverflowError) as raised:
         ring.close()
     notes = getattr(raised.value, "__notes__", [])
