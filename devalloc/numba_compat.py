@@ -40,7 +40,7 @@ __all__ = ["SIMULATOR", "compiling_for", "direct_launch", "numpy_dtype_of"]
 if SIMULATOR:
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    __all__ += ["FakeCUDAArray"]
+    __all__ += ["FakeCUDAArray", "refuse_device_allocations"]
 else:
     from llvmlite import ir
     from numba.core.errors import TypingError
@@ -111,6 +111,35 @@ def current_memory_manager():
     from numba import cuda
 
     return cuda.current_context().memory_manager
+
+
+def refuse_device_allocations(refuse):
+    """On the simulator: Numba's ``cuda.to_device``, ``cuda.device_array`` and
+    ``cuda.device_array_like`` raise while ``refuse()`` is true, as CUDA's
+    cuMemAlloc does in a thread that captures a graph (numba-cuda raises
+    CudaAPIError CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED there: seen on the H200
+    and an H100, 2026-12-06). Wraps the simulator's functions in ``numba.cuda``'s
+    namespace (a name imported from it earlier keeps the unwrapped one).
+    Checked: 0.30.4."""
+    import functools
+
+    import numba.cuda
+
+    for name in ("to_device", "device_array", "device_array_like"):
+        allocate = getattr(numba.cuda, name)
+
+        @functools.wraps(allocate)
+        def refusing(*args, _allocate=allocate, _name=name, **kwargs):
+            if refuse():
+                raise RuntimeError(
+                    f"cuda.{_name} while this thread captures a graph: CUDA refuses "
+                    "cuMemAlloc then (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as the GPU "
+                    "says it); make device arrays before arena.capture(), or use "
+                    "arena.empty"
+                )
+            return _allocate(*args, **kwargs)
+
+        setattr(numba.cuda, name, refusing)
 
 
 def flush_deallocations():

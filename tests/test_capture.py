@@ -2,6 +2,7 @@
 of its own each time (on the simulator, the recorded launches run in order)."""
 
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -198,11 +199,11 @@ def test_an_exception_inside_a_capture_leaves_no_graph():
         assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
 
 
-@pytest.mark.gpu
 def test_numbas_own_allocation_inside_a_capture_fails_and_leaves_no_graph():
-    """CUDA refuses cuMemAlloc in the capturing thread (the simulator does not):
-    Numba's error reaches the caller, not one of the capture's, no graph is
-    left, and the arena works on."""
+    """CUDA refuses cuMemAlloc in the capturing thread (and so does the simulator,
+    for Numba's ``cuda.to_device`` and ``device_array``): the error reaches the
+    caller, not one of the capture's, no graph is left, and the arena works on;
+    another thread allocates meanwhile as it likes."""
     value, offsets = cuda.to_device(np.array([1])), poison()
     with devalloc.Arena(1 << 16) as arena:
         with pytest.raises(Exception, match="CAPTURE_UNSUPPORTED") as raised:
@@ -213,6 +214,16 @@ def test_numbas_own_allocation_inside_a_capture_fails_and_leaves_no_graph():
             graph.replay()
         put[1, 32](arena, value, offsets)
         assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+        made = []
+        with arena.capture() as graph:  # (thread-local on CUDA as here)
+            worker = threading.Thread(target=lambda: made.append(cuda.device_array(4)))
+            worker.start()
+            worker.join(60)
+            put[1, 32](arena, value, offsets)
+        assert len(made) == 1 and made[0].shape == (4,)
+        graph.replay()
+        assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+        assert cuda.device_array(4).shape == (4,)  # (and this thread again, after it)
 
 
 def test_a_graph_of_a_closed_arena_refuses_to_replay():

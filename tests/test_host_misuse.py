@@ -131,9 +131,9 @@ def test_a_replay_that_raises_leaves_the_next_launch_an_empty_arena():
             raise ValueError("boom")
 
     with devalloc.Arena(1024, align=16) as arena:
-        out = cuda.to_device(poisoned(4, np.int64))
+        out, boom = cuda.to_device(poisoned(4, np.int64)), cuda.to_device(np.array([1]))
         with arena.capture() as graph:
-            fragile[1, 4](arena, cuda.to_device(np.array([1])), out)
+            fragile[1, 4](arena, boom, out)
         with pytest.raises(ValueError, match="boom"):
             graph.replay()
         assert sorted(offsets(arena, 256)) == [0, 256, 512, 768]

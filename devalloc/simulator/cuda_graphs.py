@@ -1,9 +1,23 @@
 """Simulator side: a devalloc Graph's recording (`cuda_graphs.Recording`'s twin):
 the launches, as calls made in order at each replay."""
 
+import threading
+import weakref
+
 from numba import cuda
 
+from ..numba_compat import refuse_device_allocations
+
 __all__ = ["Recording"]
+
+_here = threading.local()  # .recording: this thread's recordings still recording (weakly)
+
+
+def _this_thread_records():
+    return len(getattr(_here, "recording", ())) > 0
+
+
+refuse_device_allocations(_this_thread_records)  # (as CUDA refuses cuMemAlloc while capturing)
 
 
 class Recording:
@@ -14,6 +28,10 @@ class Recording:
         self.stream = stream or cuda.stream()
         self._calls = [lambda: first_node[1, 1](header_address)]
         self._finished = False  # (as on CUDA: not replayable while it records)
+        if not hasattr(_here, "recording"):
+            _here.recording = weakref.WeakSet()
+        _here.recording.add(self)
+        self._thread = _here
 
     def record(self, launch_on, handle, args):
         self._calls.append(lambda: launch_on(None)(handle, *args))
@@ -23,9 +41,11 @@ class Recording:
 
     def finish(self):
         self._finished = True
+        self._thread.recording.discard(self)
 
     def abandon(self):
         self._calls = None
+        self._thread.recording.discard(self)
 
     @property
     def replayable(self):
@@ -38,3 +58,4 @@ class Recording:
 
     def close(self):
         self._calls = None
+        self._thread.recording.discard(self)
