@@ -38,10 +38,11 @@ for stage in $stages; do
         # capture and replay: the simulator's tests, run on real CUDA graphs
         timeout 120 python3 -m pytest -q -p no:cacheprovider -W default --timeout=60 tests/test_capture.py \
           2>&1 | tee -a "$OUT/all/gpu-tests.log" | tail -8 ;;
-    suite) # every test, each named as it ends (a run stopped by the cap still says which
-        # failed: on an H100, 2026-12-06, 420 s ran 46% of them); SUITE_TESTS picks a part,
-        # SUITE_SECONDS its cap
-        timeout ${SUITE_SECONDS:-420} python3 -m pytest -v -p no:cacheprovider -W default -rs ${SUITE_TESTS:-tests/} \
+    suite) # every test, each named as it ends (on an H100, 2026-12-06, 420 s ran 46% of
+        # them); SUITE_TESTS picks a part, SUITE_SECONDS its cap. The cap interrupts pytest
+        # (SIGINT), which still prints why each test so far failed (a plain kill did not).
+        timeout --signal=INT --kill-after=30 ${SUITE_SECONDS:-420} python3 -m pytest -v \
+        -p no:cacheprovider -W default -rs --tb=short ${SUITE_TESTS:-tests/} \
         --hypothesis-profile=report --timeout=120 --timeout-method=thread \
         2>&1 | tee "$OUT/all/suite.log" | grep -E "FAILED|ERROR|passed|failed" | tail -30 ;;
     bench) timeout 300 python3 benchmarks/run.py --out "$OUT/all/allocators.json" 2>&1 | tee "$OUT/all/bench.log" | tail -22
