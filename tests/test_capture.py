@@ -226,6 +226,29 @@ def test_numbas_own_allocation_inside_a_capture_fails_and_leaves_no_graph():
         assert cuda.device_array(4).shape == (4,)  # (and this thread again, after it)
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's bookkeeping of capturing threads")
+def test_a_graph_closed_from_another_thread_leaves_both_threads_allocating():
+    # The recording forgot its capture through the closing thread's records,
+    # which another thread does not have: close() raised there.
+    value, offsets, errors = cuda.to_device(np.array([1])), poison(), []
+    with devalloc.Arena(1 << 16) as arena:
+        with arena.capture() as graph:
+            put[1, 32](arena, value, offsets)
+
+        def close_and_allocate():
+            try:
+                graph.close()
+                assert cuda.device_array(4).shape == (4,)
+            except Exception as error:  # (seen by the test's thread, below)
+                errors.append(error)
+
+        other = threading.Thread(target=close_and_allocate)
+        other.start()
+        other.join(60)
+        assert errors == [] and not other.is_alive()
+        assert cuda.to_device(np.array([3])).copy_to_host()[0] == 3
+
+
 def test_a_graph_of_a_closed_arena_refuses_to_replay():
     value, offsets, out = cuda.to_device(np.array([1])), poison(), poison()
     arena = devalloc.Arena(1 << 16)

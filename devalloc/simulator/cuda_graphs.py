@@ -31,7 +31,7 @@ class Recording:
         if not hasattr(_here, "recording"):
             _here.recording = weakref.WeakSet()
         _here.recording.add(self)
-        self._thread = _here
+        self._recording_here = _here.recording  # (its thread's set: close() may come from another)
 
     def record(self, launch_on, handle, args):
         self._calls.append(lambda: launch_on(None)(handle, *args))
@@ -41,11 +41,11 @@ class Recording:
 
     def finish(self):
         self._finished = True
-        self._thread.recording.discard(self)
+        self._recording_here.discard(self)
 
     def abandon(self):
         self._calls = None
-        self._thread.recording.discard(self)
+        self._recording_here.discard(self)
 
     @property
     def replayable(self):
@@ -58,4 +58,4 @@ class Recording:
 
     def close(self):
         self._calls = None
-        self._thread.recording.discard(self)
+        self._recording_here.discard(self)
