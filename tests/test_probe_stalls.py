@@ -4,11 +4,9 @@ lines) and its warp samples by stall reason, as JSON and a plot."""
 
 import csv
 import json
-from pathlib import Path
 
-from helpers import run_script
+from helpers import ROOT, run_script
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "probe_stalls.py"
 HEADER = ["Address", "Source", "# Samples", "Instructions Executed", "stall_no_inst",
           "stall_long_sb", "stall_no_inst (Not Issued)"]  # fmt: skip
