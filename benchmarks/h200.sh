@@ -15,7 +15,9 @@ stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
 # and over the small-launch tests (racecheck and synccheck track every shared access;
 # racecheck never finishes the random retry test, whose lanes wait on each other).
 # probe: benchmarks/probe_graph.py at 1080p and 4K; stalls: Nsight Compute on the
-# single-shot kernels (neither in the default stages).
+# single-shot kernels; frame-stalls: the same for the captured frame's kernels;
+# frame-trace: Nsight Systems over both captured frames, each kernel's time and the gap
+# before it, in the graphs (none of these in the default stages).
 if [ -d .whl ]; then  # numpy 2.4.6: numba-cuda 0.30.4 does not compile with numpy 2.5
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -92,6 +94,32 @@ for stage in $stages; do
             > "$OUT/all/$name-sass.csv" 2>&1
           grep -iE "==|stall|No Instruction|Duration|Registers|Theoretical Occ" "$OUT/all/$name.log" | head -60
         done ;;
+    frame-stalls) # the same for the captured 1080p frame (issue 9): the second replay of each
+        # graph (probe_graph.py --once), its devalloc kernels and their static twins
+        ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute*/ncu 2>/dev/null | head -1)
+        name=stalls-frame-1080p
+        timeout 150 "$ncu" -f -k regex:"arena_lists|fill_tiles|arena_consume|consume_tiles" \
+          --launch-skip 8 --launch-count 4 \
+          --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy \
+          -o "$OUT/all/$name" python3 benchmarks/probe_graph.py --once --size 1920x1080 \
+          > "$OUT/all/$name-run.log" 2>&1
+        "$ncu" --import "$OUT/all/$name.ncu-rep" > "$OUT/all/$name.log" 2>&1
+        "$ncu" --import "$OUT/all/$name.ncu-rep" --page source --print-source sass --csv \
+          > "$OUT/all/$name-sass.csv" 2>&1
+        grep -iE "==|stall|No Instruction|Duration|Registers|Theoretical Occ" "$OUT/all/$name.log" | head -80 ;;
+    frame-trace) # each graph node's duration and the gap before it, 1080p (issue 9)
+        nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
+          /opt/nvidia/nsight-systems*/*/bin/nsys 2>/dev/null | head -1)
+        [ -n "$nsys" ] || { echo "no nsys on this machine"; continue; }
+        timeout 150 "$nsys" profile -f true --trace=cuda --cuda-graph-trace=node \
+          -o "$OUT/all/trace-frame-1080p" python3 benchmarks/probe_graph.py --trace 60 \
+          > "$OUT/all/trace-frame-1080p-run.log" 2>&1
+        "$nsys" stats -f -q --report cuda_gpu_trace --format csv -o "$OUT/all/trace-frame-1080p" \
+          "$OUT/all/trace-frame-1080p.nsys-rep" >> "$OUT/all/trace-frame-1080p-run.log" 2>&1
+        rm -f "$OUT/all/trace-frame-1080p.sqlite"
+        csv=$(ls "$OUT"/all/trace-frame-1080p*gpu_trace*.csv 2>/dev/null | head -1)
+        [ -n "$csv" ] && python3 benchmarks/probe_graph.py --summarize "$csv" \
+          | tee "$OUT/all/trace-frame-1080p.txt" || tail -20 "$OUT/all/trace-frame-1080p-run.log" ;;
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
         --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/all/host-pools.log" | tail -14
         cp "$OUT/all/host-pools.json" "$OUT/" ;;

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import frame_pipeline as P  # noqa: E402
 from numba import cuda  # noqa: E402
 
+import devalloc  # noqa: E402
 import measure as M  # noqa: E402
 from kernels import bench as KB  # noqa: E402
 from kernels import image as K  # noqa: E402
@@ -67,7 +68,11 @@ def main():
     parser.add_argument("--kernels", action="store_true", help="only the kernels that differ")
     parser.add_argument("--once", action="store_true", help="each differing kernel once (ncu)")
     parser.add_argument("--parts", action="store_true", help="graphs of parts of the frame too")
+    parser.add_argument("--trace", type=int, metavar="N", help="each graph N times (nsys)")
+    parser.add_argument("--summarize", metavar="CSV", help="an nsys cuda_gpu_trace of --trace")
     args = parser.parse_args()
+    if args.summarize:
+        return summarize_trace(args.summarize)
     width, height = map(int, args.size.split("x"))
     camera = P.Camera(height, width)
     out = P.Outputs(height, width)
@@ -78,6 +83,12 @@ def main():
         dev.process()
         static.process()
     rows = {}
+    if args.trace:  # for nsys: each graph N times queued back to back, then the other
+        for launch in (dev.graph.replay, lambda: static.graph.launch(0)):
+            for _ in range(args.trace):
+                launch()
+            cuda.synchronize()
+        return
     if args.once:  # for ncu: the differing kernels once eagerly, then each graph once
         kernel_figures(rows, dev, static, camera, out, once=True)
         dev.graph.replay()
@@ -94,6 +105,60 @@ def main():
     print(rows.get("replay_profile", ""))
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+def summarize_trace(path):
+    """Per kernel of each graph, from ``nsys stats --report cuda_gpu_trace --format
+    csv`` of a ``--trace`` run: median duration and median gap since the previous
+    kernel ended (us), and the frame's median span, first kernel start to last end.
+    A frame starts at `grayscale`; the devalloc frame holds `arena_lists`."""
+    import csv
+
+    with open(path) as file:
+        lines = [line for line in file if line.count(",") > 3]
+    rows = list(csv.DictReader(lines))
+    start_key = next(k for k in rows[0] if k.startswith("Start"))
+    duration_key = next(k for k in rows[0] if k.startswith("Duration"))
+    scale = 1e-3 if "(ns)" in duration_key or "ns" in duration_key else 1.0
+    kernels = [
+        (float(r[start_key]) * scale, float(r[duration_key]) * scale, r["Name"].split("(")[0])
+        for r in rows
+        if r.get("Name") and not r["Name"].startswith("[CUDA")
+    ]
+    frames, frame = [], None
+    for start, duration, name in sorted(kernels):
+        short = next((k for k in KERNEL_NAMES if k in name), name[:40])
+        # A frame begins at its first node or at grayscale, whichever runs first.
+        joins = frame is not None and len(frame) == 1 and frame[0][2] in FRAME_HEADS
+        if short in FRAME_HEADS and not joins:
+            frame = []
+            frames.append(frame)
+        if frame is not None:
+            frame.append((start, duration, short))
+    for label, member in (("devalloc-graph", "arena_lists"), ("static-graph", "fill_tiles")):
+        chosen = [f for f in frames if any(k[2] == member for k in f)][2:]  # (warm)
+        if not chosen:
+            continue
+        span = med([max(k[0] + k[1] for k in f) - f[0][0] for f in chosen])
+        print(f"{label}: {len(chosen)} frames, span {span:.1f} us")
+        names = [k[2] for k in chosen[0]]
+        for i, name in enumerate(names):
+            same = [f for f in chosen if len(f) == len(names)]
+            duration = med([f[i][1] for f in same])
+            gap = med([f[i][0] - max(k[0] + k[1] for k in f[:i]) for f in same]) if i else 0.0
+            print(f"  {name:<16} {duration:8.2f} us  gap {gap:6.2f} us")
+
+
+KERNEL_NAMES = ("_first_node", "grayscale", "blur_rows", "blur_columns", "sobel", "suppress",
+                "seed_edges", "grow_edges", "arena_lists", "arena_consume", "fill_tiles",
+                "consume_tiles")  # fmt: skip
+
+
+FRAME_HEADS = ("_first_node", "grayscale")
+
+
+def med(values):
+    return statistics.median(values) if values else float("nan")
 
 
 def graph_figures(rows, dev, static):
@@ -168,8 +233,10 @@ def part_figures(rows, dev, static, camera, out):
 
 
 def kernel_figures(rows, dev, static, camera, out, once=False):
-    """The kernels that differ, launched eagerly inside a frame / on the static buffers."""
-    arena = dev.arena
+    """The kernels that differ, launched eagerly inside a frame / on the static buffers.
+    In an arena of their own, the frame's size and strategy: the captured graph keeps
+    its frame arrays in `dev.arena`, which leaves no room there for an eager frame's."""
+    arena = devalloc.Arena(dev.arena.capacity, strategy=dev.arena.strategy)
     buf_s = static.buf
     edges_s = P.edges_of(camera, buf_s)
     at = (out.tiles, P.TILE_BLOCK)
