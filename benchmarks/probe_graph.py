@@ -68,11 +68,7 @@ def main():
     parser.add_argument("--kernels", action="store_true", help="only the kernels that differ")
     parser.add_argument("--once", action="store_true", help="each differing kernel once (ncu)")
     parser.add_argument("--parts", action="store_true", help="graphs of parts of the frame too")
-    parser.add_argument("--trace", type=int, metavar="N", help="each graph N times (nsys)")
-    parser.add_argument("--summarize", metavar="CSV", help="an nsys cuda_gpu_trace of --trace")
     args = parser.parse_args()
-    if args.summarize:
-        return summarize_trace(args.summarize)
     width, height = map(int, args.size.split("x"))
     camera = P.Camera(height, width)
     out = P.Outputs(height, width)
@@ -83,12 +79,6 @@ def main():
         dev.process()
         static.process()
     rows = {}
-    if args.trace:  # for nsys: each graph N times queued back to back, then the other
-        for launch in (dev.graph.replay, lambda: static.graph.launch(0)):
-            for _ in range(args.trace):
-                launch()
-            cuda.synchronize()
-        return
     if args.once:  # for ncu: the differing kernels once eagerly, then each graph once
         kernel_figures(rows, dev, static, camera, out, once=True)
         dev.graph.replay()
@@ -105,60 +95,6 @@ def main():
     print(rows.get("replay_profile", ""))
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
-
-
-def summarize_trace(path):
-    """Per kernel of each graph, from ``nsys stats --report cuda_gpu_trace --format
-    csv`` of a ``--trace`` run: median duration and median gap since the previous
-    kernel ended (us), and the frame's median span, first kernel start to last end.
-    A frame starts at `grayscale`; the devalloc frame holds `arena_lists`."""
-    import csv
-
-    with open(path) as file:
-        lines = [line for line in file if line.count(",") > 3]
-    rows = list(csv.DictReader(lines))
-    start_key = next(k for k in rows[0] if k.startswith("Start"))
-    duration_key = next(k for k in rows[0] if k.startswith("Duration"))
-    scale = 1e-3 if "(ns)" in duration_key or "ns" in duration_key else 1.0
-    kernels = [
-        (float(r[start_key]) * scale, float(r[duration_key]) * scale, r["Name"].split("(")[0])
-        for r in rows
-        if r.get("Name") and not r["Name"].startswith("[CUDA")
-    ]
-    frames, frame = [], None
-    for start, duration, name in sorted(kernels):
-        short = next((k for k in KERNEL_NAMES if k in name), name[:40])
-        # A frame begins at its first node or at grayscale, whichever runs first.
-        joins = frame is not None and len(frame) == 1 and frame[0][2] in FRAME_HEADS
-        if short in FRAME_HEADS and not joins:
-            frame = []
-            frames.append(frame)
-        if frame is not None:
-            frame.append((start, duration, short))
-    for label, member in (("devalloc-graph", "arena_lists"), ("static-graph", "fill_tiles")):
-        chosen = [f for f in frames if any(k[2] == member for k in f)][2:]  # (warm)
-        if not chosen:
-            continue
-        span = med([max(k[0] + k[1] for k in f) - f[0][0] for f in chosen])
-        print(f"{label}: {len(chosen)} frames, span {span:.1f} us")
-        names = [k[2] for k in chosen[0]]
-        for i, name in enumerate(names):
-            same = [f for f in chosen if len(f) == len(names)]
-            duration = med([f[i][1] for f in same])
-            gap = med([f[i][0] - max(k[0] + k[1] for k in f[:i]) for f in same]) if i else 0.0
-            print(f"  {name:<16} {duration:8.2f} us  gap {gap:6.2f} us")
-
-
-KERNEL_NAMES = ("_first_node", "grayscale", "blur_rows", "blur_columns", "sobel", "suppress",
-                "seed_edges", "grow_edges", "arena_lists", "arena_consume", "fill_tiles",
-                "consume_tiles")  # fmt: skip
-
-
-FRAME_HEADS = ("_first_node", "grayscale")
-
-
-def med(values):
-    return statistics.median(values) if values else float("nan")
 
 
 def graph_figures(rows, dev, static):
@@ -188,13 +124,15 @@ def part_figures(rows, dev, static, camera, out):
     """GPU time of graphs of parts of the frame, queued: the edge stages alone
     on frame arrays or on the static buffers, captured by `arena.capture()`
     (with its reset branch) or as a plain stream capture; and the devalloc
-    frame with its edge stages on the static buffers."""
+    frame with its edge stages on the static buffers. Each devalloc part in an
+    arena of its own, the frame's size: a graph keeps its frame arrays."""
     from devalloc.cuda_graphs import StreamCapture
 
-    arena, buf_s = dev.arena, static.buf
+    buf_s = static.buf
     at = (out.tiles, P.TILE_BLOCK)
 
     def devalloc_part(frame_arrays, lists):
+        arena = devalloc.Arena(dev.arena.capacity, strategy=dev.arena.strategy)
         with arena.capture() as graph:
             buf = P.allocate(dev.buffers, arena.empty)
             source = buf if frame_arrays else buf_s  # the edge stages' buffers
@@ -229,7 +167,7 @@ def part_figures(rows, dev, static, camera, out):
             print(f"{name}: failed to capture: {error!r}")
             continue
         figures[name] = queued_gpu_us(launch)
-    arena.check()
+    cuda.synchronize()
 
 
 def kernel_figures(rows, dev, static, camera, out, once=False):

@@ -20,9 +20,9 @@ and the host flips its own slot after it, exactly as after an eager launch.
 Resetting on the device, rather than alternating between two captured graphs
 or adding a memset node, keeps a replay one graph launch and the statistics
 and failure reports those of any launch: the first node folds them as every
-launch's first thread does. The first node is a branch of the graph of its own
-that only the first devalloc launch waits for, so the plain kernels a frame
-starts with run beside it (it touches nothing but the header).
+launch's first thread does. The first node is the graph's root, ahead of
+everything captured (`cuda_graphs.Recording` says why not a branch beside
+the plain kernels a frame starts with).
 """
 
 import weakref

@@ -92,49 +92,16 @@ class StreamCapture:
         self._capturing = True
         self._outer_pending = getattr(_this_thread, "pending", None)  # (captures may nest)
         _this_thread.pending = []
-        self._side = None
-
-    def side_stream(self):
-        """A stream whose work joins the graph as a branch of its own, starting at
-        the graph's start beside this stream's (a fork of the capture), until
-        `join_side` makes this stream wait for it (joined at the end otherwise)."""
-        flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
-        fork, done = (driver_call(cu.cuEventCreate(flags), "cuEventCreate") for _ in range(2))
-        handle = driver_call(
-            cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate"
-        )
-        self._side, self._side_joined = (handle, fork, done), False
-        driver_call(cu.cuEventRecord(fork, self._handle), "cuEventRecord")
-        driver_call(cu.cuStreamWaitEvent(handle, fork, 0), "cuStreamWaitEvent")
-        return cuda.external_stream(int(handle))
-
-    def join_side(self):
-        """Work queued on this stream from now on waits for the side stream's."""
-        if self._side is not None and not self._side_joined:
-            handle, _, done = self._side
-            self._side_joined = True
-            driver_call(cu.cuEventRecord(done, handle), "cuEventRecord")
-            driver_call(cu.cuStreamWaitEvent(self._handle, done, 0), "cuStreamWaitEvent")
 
     def _end(self):
         self._capturing = False
         try:
-            try:  # (a capture ends only with every stream it forked joined)
-                self.join_side()
-            except DevallocError:
-                pass  # an invalidated capture refuses it; ending the capture says why
             return driver_call(cu.cuStreamEndCapture(self._handle), "cuStreamEndCapture")
         finally:
             self._deferred.__exit__(None, None, None)
             pending, _this_thread.pending = _this_thread.pending, self._outer_pending
             for capture in pending:
                 _close_when_safe(capture)  # (now, or at the end of an outer capture)
-            if self._side is not None:  # the graph holds the dependencies, not the events
-                handle, fork, done = self._side
-                self._side = None
-                cu.cuEventDestroy(fork)
-                cu.cuEventDestroy(done)
-                cu.cuStreamDestroy(handle)
 
     def finish(self):
         self._graph = self._end()
@@ -172,11 +139,12 @@ class StreamCapture:
 
 class Recording:
     """The launches recorded for a Graph: CUDA stream capture on a stream of its
-    own, with the graph's first node ``first_node[1, 1](header_address)`` on a
-    branch of its own, which the first recorded launch waits for: the reset
-    runs beside the plain kernels that come before it in the frame, off the
-    path the frame's time is spent on. (On the H200, 2026-12-02, the reset
-    alone is a 3.4 us kernel; the pipeline's 1080p frame is 0.2 ms.)"""
+    own, its first node ``first_node[1, 1](header_address)``, the reset, the
+    graph's root, ahead of everything captured. (It was a branch of its own,
+    which only the first devalloc launch waited for, so that it ran beside the
+    plain kernels ahead of that launch; a chain was faster: on an H100,
+    2026-12-06, the pipeline's captured frame 1080p 208.8 -> 208.0 us, 4K
+    695.6 -> 693.9 us, two turns each; the reset alone is a 3.4 us kernel.)"""
 
     _warm = None  # a scratch header: the first node is loaded before any capture
 
@@ -193,13 +161,12 @@ class Recording:
         self._arguments = []
         self._finalizer = weakref.finalize(self, _close_when_safe, self._capture)
         try:
-            first_node[1, 1, self._capture.side_stream()](header_address)
+            first_node[1, 1, self.stream](header_address)
         except BaseException:  # never leave a capture open behind an error
             self._capture.abandon()
             raise
 
     def record(self, launch_on, handle, args):
-        self._capture.join_side()
         launch_on(self.stream)(handle, *args)
         self._arguments.append(args)
 
