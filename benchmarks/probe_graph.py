@@ -61,6 +61,25 @@ def queued_gpu_us(call):
     return M.device_ms(call, reps=31, warmup=3, queued=True) * 1e3
 
 
+def graph_modes(height, width):
+    """The pipeline's two graph modes on one camera frame and one set of outputs,
+    each frame captured (and run three times): (camera, out, dev, static)."""
+    camera, out = P.Camera(height, width), P.Outputs(height, width)
+    camera.frame(0)
+    dev = P.DevallocGraph(camera, out, height, width)
+    static = P.StaticGraph(camera, out, height, width)
+    for _ in range(3):
+        dev.process()
+        static.process()
+    return camera, out, dev, static
+
+
+def frame_sized_arena(dev):
+    """An arena of the captured frame's size and strategy: the graph keeps its
+    frame arrays in `dev.arena`, which leaves no room there for another frame's."""
+    return devalloc.Arena(dev.arena.capacity, strategy=dev.arena.strategy)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="1920x1080")
@@ -70,14 +89,7 @@ def main():
     parser.add_argument("--parts", action="store_true", help="graphs of parts of the frame too")
     args = parser.parse_args()
     width, height = map(int, args.size.split("x"))
-    camera = P.Camera(height, width)
-    out = P.Outputs(height, width)
-    camera.frame(0)
-    dev = P.DevallocGraph(camera, out, height, width)
-    static = P.StaticGraph(camera, out, height, width)
-    for _ in range(3):
-        dev.process()
-        static.process()
+    camera, out, dev, static = graph_modes(height, width)
     rows = {}
     if args.once:  # for ncu: the differing kernels once eagerly, then each graph once
         kernel_figures(rows, dev, static, camera, out, once=True)
@@ -123,16 +135,16 @@ def graph_figures(rows, dev, static):
 def part_figures(rows, dev, static, camera, out):
     """GPU time of graphs of parts of the frame, queued: the edge stages alone
     on frame arrays or on the static buffers, captured by `arena.capture()`
-    (with its reset branch) or as a plain stream capture; and the devalloc
-    frame with its edge stages on the static buffers. Each devalloc part in an
-    arena of its own, the frame's size: a graph keeps its frame arrays."""
+    (with its reset) or as a plain stream capture; and the devalloc frame with
+    its edge stages on the static buffers. Each devalloc part in an arena of
+    its own (`frame_sized_arena`): a graph keeps its frame arrays."""
     from devalloc.cuda_graphs import StreamCapture
 
     buf_s = static.buf
     at = (out.tiles, P.TILE_BLOCK)
 
     def devalloc_part(frame_arrays, lists):
-        arena = devalloc.Arena(dev.arena.capacity, strategy=dev.arena.strategy)
+        arena = frame_sized_arena(dev)
         with arena.capture() as graph:
             buf = P.allocate(dev.buffers, arena.empty)
             source = buf if frame_arrays else buf_s  # the edge stages' buffers
@@ -171,10 +183,9 @@ def part_figures(rows, dev, static, camera, out):
 
 
 def kernel_figures(rows, dev, static, camera, out, once=False):
-    """The kernels that differ, launched eagerly inside a frame / on the static buffers.
-    In an arena of their own, the frame's size and strategy: the captured graph keeps
-    its frame arrays in `dev.arena`, which leaves no room there for an eager frame's."""
-    arena = devalloc.Arena(dev.arena.capacity, strategy=dev.arena.strategy)
+    """The kernels that differ, launched eagerly inside a frame / on the static buffers,
+    in an arena of their own (`frame_sized_arena`)."""
+    arena = frame_sized_arena(dev)
     buf_s = static.buf
     edges_s = P.edges_of(camera, buf_s)
     at = (out.tiles, P.TILE_BLOCK)

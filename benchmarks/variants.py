@@ -95,18 +95,10 @@ def captured_frame(figures, M, reps):
     batches queued behind a spin kernel, the two taking turns; and whether their
     last frames' histograms and overlays agree."""
     import numpy as np
-
-    sys.path.insert(0, "examples")
-    import frame_pipeline as P
+    from probe_graph import graph_modes
 
     for width, height in ((1920, 1080), (3840, 2160)):
-        camera, out = P.Camera(height, width), P.Outputs(height, width)
-        camera.frame(0)
-        dev = P.DevallocGraph(camera, out, height, width)
-        static = P.StaticGraph(camera, out, height, width)
-        for _ in range(3):
-            dev.process()
-            static.process()
+        _, out, dev, static = graph_modes(height, width)
         seen = []
         for process in (dev.process, static.process):
             out.hist.copy_to_device(np.full(out.hist.shape, -1, out.hist.dtype))  # poisoned
