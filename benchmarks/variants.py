@@ -109,7 +109,39 @@ def captured_frame(figures, M, reps):
         own, base = M.interleaved_ms([dev.graph.replay, lambda s=static: s.graph.launch(0)], reps)
         dev.arena.check()
         figures[f"frame_{height}p_us"] = [own * 1e3, base * 1e3, own / base, same]
+        host_figures(figures, f"{height}p", dev, static, reps)
     return figures
+
+
+def host_figures(figures, size, dev, static, reps, batch=50):
+    """The host's share of a captured frame, devalloc-graph against static-graph
+    (medians of `reps` batches of `batch` calls, the two taking turns):
+    wall_us, a whole frame as the pipeline runs it (replay and check, launch
+    and synchronize); queue_us, the host time of the replay or launch alone
+    (the GPU still busy with earlier ones); wait_us, ``arena.check()`` or
+    ``cuda.synchronize()`` with nothing left to wait for."""
+    import statistics
+    import time
+
+    from numba import cuda
+
+    pairs = {
+        "wall_us": (dev.process, static.process),
+        "queue_us": (dev.graph.replay, lambda: static.graph.launch(0)),
+        "wait_us": (dev.arena.check, cuda.synchronize),
+    }
+    for name, calls in pairs.items():
+        seen = [[], []]
+        for _ in range(reps):
+            for call, times in zip(calls, seen):
+                cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(batch):
+                    call()
+                times.append((time.perf_counter() - start) / batch * 1e6)
+                cuda.synchronize()
+        own, base = (statistics.median(times) for times in seen)
+        figures[f"{name}_{size}"] = [own, base, own - base]
 
 
 def hot_path(figures, M, reps):

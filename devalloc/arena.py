@@ -462,7 +462,6 @@ class Arena:
         header[L.LIMIT] = capacity
         header[L.FAIL_RECORD] = memory.record_address
         header[L.PENDING_ASKED] = L.NOTHING_ASKED
-        header[L.LIVE_SLOT] = 1  # as if the latest launch had used slot 1: the first uses 0
         header[L.TOTAL_ALLOCS], header[L.TOTAL_FAILED] = totals
         if kernel_allocs is not None:
             header[L.KERNEL_ALLOCS : L.KERNEL_ALLOCS + L.KERNEL_IDS] = kernel_allocs
@@ -485,9 +484,9 @@ class Arena:
         self._release = weakref.finalize(self, _queue_dropped, self._reports)
         self._release.atexit = False  # _at_exit takes care of it
         self._header_address = memory.header_address
-        # slot (0, 1, or REPLAYED) -> warps in the grid -> the launch handle, but its
-        # sequence number (see _handle_for)
-        self._handles = {0: {}, 1: {}, L.REPLAYED: {}}
+        # slot (0 or 1) -> warps in the grid -> the launch handle, but its sequence
+        # number (see _handle_for)
+        self._handles = {0: {}, 1: {}}
         self._slot = 0
         self._dirty = False  # the live slot has seen a launch since it was cleared
         # Frame arrays: the top of the data region, from `_top` up (see the module's notes).
@@ -664,23 +663,24 @@ class Arena:
             self._resets += 1
 
     def _replay(self, graph, stream):
-        """`Graph.replay`: the captured launches as one frame of their own."""
-        require_stream(stream)
-        with self._lock:
-            if self._closed:
-                raise ArenaClosedError("cannot replay a graph of a closed arena")
-            if self._in_frame or self._capture is not None:
-                raise DevallocError(
-                    "a replay is a frame of its own: replay outside arena.frame() and "
-                    "arena.capture()"
-                )
-            if not graph._recording.replayable:  # (before anything is counted)
-                raise DevallocError("this graph was closed, or its capture did not finish")
-            if graph._moves != self._moves:
-                raise DevallocError(
-                    "this graph was captured before arena.resize() moved the arena: its "
-                    "launches would use the old memory. Capture the frame again."
-                )
+        """`Graph.replay`: the captured launches as one frame of their own. Its host
+        time is what a replay costs above a bare ``cuGraphLaunch`` (the captured
+        pipeline frame's host share, benchmarks/variants.py): as `_launch`, one
+        check for all the refusals, the rest only where something changed."""
+        if stream is not None:
+            require_stream(stream)
+        lock = self._lock
+        lock.acquire()
+        try:
+            recording = graph._recording
+            if (
+                self._closed
+                or self._in_frame
+                or self._capture is not None
+                or graph._moves != self._moves
+                or not recording.replayable
+            ):
+                self._refuse_replay(graph)
             reports = self._reports
             if reports.record[_EVENT] != reports.seen:
                 self._report_failures(not_launched=f"a replay of {graph!r}")
@@ -688,23 +688,44 @@ class Arena:
                 self._move_to(stream)
             if self._memory.check_context:
                 self._require_context(f"a replay of {graph!r}")
-            self._give_back_graph_arrays()
-            limit = min(graph._limit, self._graph_top)  # (below the graphs captured after it)
+            if self._pins and not self._pins[-1].live:
+                self._give_back_graph_arrays()
+            limit = graph._limit
+            if limit > self._graph_top:  # (below the graphs captured after it)
+                limit = self._graph_top
             if limit != self._limit_set:
                 self._set_limit(limit, stream)
             reports.names.update(graph._names)
             launched = False
             try:
-                graph._recording.launch(stream)
+                recording.launch(stream)
                 launched = True
             finally:
                 # (On the simulator, a replay that raised ran its first node and
-                # its launches up to the exception: it counts as well.) Outside a
-                # frame, as a replay always is, this takes the slot the next
-                # launch would have had: the one the replay used (see capture.py).
+                # its launches up to the exception: it counts as well.) The
+                # replay allocated from REPLAY_SLOT: the next launch takes the
+                # other, and empties this one (see capture.py).
                 if launched or SIMULATOR:
-                    self._end_launch(graph.launches)
+                    self._launches += graph._launches
+                    self._slot = L.REPLAY_SLOT ^ 1
+                    self._resets += 1
                     self._frames += 1
+        finally:
+            lock.release()
+
+    def _refuse_replay(self, graph):
+        if self._closed:
+            raise ArenaClosedError("cannot replay a graph of a closed arena")
+        if self._in_frame or self._capture is not None:
+            raise DevallocError(
+                "a replay is a frame of its own: replay outside arena.frame() and arena.capture()"
+            )
+        if not graph._recording.replayable:
+            raise DevallocError("this graph was closed, or its capture did not finish")
+        raise DevallocError(
+            "this graph was captured before arena.resize() moved the arena: its "
+            "launches would use the old memory. Capture the frame again."
+        )
 
     def _set_limit(self, limit, stream):
         self._memory.set_limit(limit, stream)

@@ -29,6 +29,8 @@ def driver_call(result, what):
     return values[0] if len(values) == 1 else values
 
 
+_SUCCESS = cu.CUresult.CUDA_SUCCESS
+
 # Graphs dropped while their thread was capturing: closing one then would call
 # CUDA inside the capture (a stream's destruction waits for its work, which
 # ends a capture in error), so they are closed when the capture ends.
@@ -74,6 +76,7 @@ class StreamCapture:
         self._handle = stream_handle(self.stream)
         self._exec = None
         self._graph = None
+        self._launch_stream, self._launch_handle = None, stream_handle(None)  # `launch`'s last
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         # Dropped objects' finalizers must not call CUDA while capturing: garbage
         # is collected before the capture starts (as torch.cuda.graph does), and
@@ -117,9 +120,16 @@ class StreamCapture:
             cu.cuGraphDestroy(graph)
 
     def launch(self, stream):
+        """One ``cuGraphLaunch`` on `stream`; the CUstream of the last stream given
+        is kept (held, so no other stream can take its place at its address)."""
         if self._exec is None:
             raise DevallocError("this graph was closed, or its capture did not finish")
-        driver_call(cu.cuGraphLaunch(self._exec, stream_handle(stream)), "cuGraphLaunch")
+        if stream is not self._launch_stream:
+            self._launch_handle = stream_handle(stream)
+            self._launch_stream = stream
+        (status,) = cu.cuGraphLaunch(self._exec, self._launch_handle)
+        if status != _SUCCESS:
+            driver_call(status, "cuGraphLaunch")  # raises
 
     def _destroy_stream(self):
         if self._own_stream is not None:  # the driver waits for queued work first
@@ -128,6 +138,7 @@ class StreamCapture:
 
     def close(self):
         self.abandon()
+        self._launch_stream = None  # (the user's stream is not kept alive by a closed graph)
         if self._exec is not None:
             cu.cuGraphExecDestroy(self._exec)
             self._exec = None
@@ -154,6 +165,7 @@ class Recording:
             first_node[1, 1](Recording._warm.device_ctypes_pointer.value)
         self._capture = StreamCapture(stream)
         self.stream = self._capture.stream
+        self.launch = self._capture.launch  # launch(stream): the replay, one cuGraphLaunch
         # The graph's kernels read their arguments' memory at every replay:
         # keep the arrays alive as long as the graph (Numba's launch keeps none,
         # and an array made in the launch's own line is freed when the capture
@@ -184,9 +196,6 @@ class Recording:
     def replayable(self):
         """Whether it was finished and not closed since."""
         return self._capture._exec is not None
-
-    def launch(self, stream):
-        self._capture.launch(stream)
 
     def close(self):
         self._finalizer()

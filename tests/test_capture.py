@@ -102,6 +102,35 @@ def test_replays_and_eager_launches_interleave():
     assert stats.launches == 1 + 2 * 3 + 2 + 2 and stats.total_allocs == 32 * (1 + 2 * 2 + 2 + 1)
 
 
+def test_a_replay_starts_empty_whichever_slot_the_launches_before_it_used():
+    """Every replay allocates from one slot (`layout.REPLAY_SLOT`): after one
+    eager launch, after two (the other slot), and after another replay, it
+    starts empty, and every launch is counted in the totals once."""
+    value, offsets, out, eager = cuda.to_device(np.array([7])), poison(), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        graph = two_kernels(arena, value, offsets, out)
+        for eager_launches in (1, 2, 0):
+            for _ in range(eager_launches):
+                put[1, 32](arena, value, eager)
+            offsets.copy_to_device(POISON)
+            graph.replay()
+            assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+            np.testing.assert_array_equal(out.copy_to_host(), 7 + np.arange(32))
+            assert arena.stats().current_bytes == 0  # the next launch starts empty
+        with arena.capture() as empty:  # no launch: its replay is its first node alone
+            pass
+        for eager_launches in (1, 2):
+            for _ in range(eager_launches):
+                put[1, 32](arena, value, eager)
+            empty.replay()
+            assert arena.stats().current_bytes == 0
+        put[1, 32](arena, value, eager)
+        assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
+        stats = arena.stats()
+    assert (stats.launches, stats.resets, stats.total_allocs) == (3 * 2 + 7, 12, 32 * (3 + 7))
+    assert stats.peak_bytes == 1024 and stats.failed_allocs == 0
+
+
 def test_an_overflow_in_a_replay_is_reported_at_the_next_replay():
     nbytes, out = cuda.to_device(np.array([1 << 20])), poison()
     with devalloc.Arena(1 << 16) as arena:

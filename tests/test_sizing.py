@@ -66,6 +66,10 @@ def test_a_graph_captured_before_a_resize_refuses_to_replay():
         arena.resize(1 << 17)
         with pytest.raises(devalloc.DevallocError, match="Capture the frame again"):
             graph.replay()
+        graph.close()  # closed as well: that is what it is told
+        with pytest.raises(devalloc.DevallocError, match="graph was closed"):
+            graph.replay()
+        assert arena.stats().frames == 1  # the refused replays counted nothing
 
 
 def test_a_resize_reports_a_pending_overflow_and_changes_nothing():
