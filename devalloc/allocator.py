@@ -110,6 +110,7 @@ def fold_other_slot(hdr, slot):
     the fold spread over the first warp, a few words per lane summed with
     shuffles, held two registers fewer but reached block 0's barrier 0.4 us
     later at 10 K threads.)"""
+    hdr[L.LIVE_SLOT] = slot
     other = (1 - slot) * L.SLOT_WORDS
     cursor = hdr[other + L.CURSOR]
     allocs = hdr[other + L.ALLOCS]
@@ -141,14 +142,20 @@ def fold_other_slot(hdr, slot):
 
 
 @device_function
+def resolve_slot(hdr, slot, replayed):
+    """The slot the launch allocates from: its handle's, or, for a launch
+    replayed from a captured graph, the one the replay's first node chose."""
+    if replayed:
+        return hdr[L.LIVE_SLOT] & L.SLOT_MASK
+    return slot
+
+
+@device_function
 def begin_replay(hdr):
-    """A replay's first node, one thread, ahead of everything in the graph: it
-    empties both slots, folding what they held into the totals (what the
-    latest launch, eager or replayed, left in one; the other is empty unless
-    a graph with no devalloc launch ran last). The replay's launches then
-    allocate from REPLAY_SLOT, the slot in their handles, from its start."""
-    fold_other_slot(hdr, 1 - L.REPLAY_SLOT)  # (empties REPLAY_SLOT)
-    fold_other_slot(hdr, L.REPLAY_SLOT)
+    """A replay's first node, one thread: the replay takes the slot the latest
+    launch did not use, and empties it (folding what it held into the totals),
+    as an eager launch outside a frame does with the slot in its handle."""
+    fold_other_slot(hdr, 1 - hdr[L.LIVE_SLOT])
 
 
 @device_function

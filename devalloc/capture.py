@@ -7,23 +7,22 @@ order, with the same semantics (`backend.Recording`: `cuda_graphs.Recording`
 or `simulator.cuda_graphs.Recording`).
 
 How a replay resets the arena with no host work per launch. An eager launch
-carries its slot in its handle, chosen by the host: the slot the latest launch
-did not use, which the launch's first thread empties. A captured launch's
-handle is fixed when it is recorded, so every replay allocates from the same
-slot, `layout.REPLAY_SLOT`, and the graph's first node, one thread
-(`allocator.begin_replay`), empties both slots before anything else in the
-graph runs, folding what the latest launch or replay left into the totals, as
-every launch's first thread does. The host's next launch then takes the other
-slot, as after any launch. The captured kernels are the eager ones, slot and
-all: nothing in them reads where to allocate from the device. (Until
-2026-12-06 the first node chose the slot on the device and the captured
-launches read it from the header when they started: a load ahead of every
-thread's first allocation, and a mask on it in every kernel.) Resetting on the
-device, rather than alternating between two captured graphs or adding memset
-nodes, keeps a replay one graph launch and its statistics and failure reports
-those of any launch. The first node is the graph's root, ahead of everything
-captured (`cuda_graphs.Recording` says why not a branch beside the plain
-kernels a frame starts with).
+carries its slot in its handle, chosen by the host; a captured launch cannot,
+since the same graph is replayed again and again. So the graph's first node is
+one thread (`allocator.begin_replay`) that does on the device what the host
+does for an eager launch outside a frame: it takes the slot the latest launch
+did not use, records it in the header (LIVE_SLOT), and empties it, folding what
+the previous launch or replay left into the totals. The captured launches carry
+the REPLAYED bit instead of a slot and read LIVE_SLOT when they start. Eager
+launches write LIVE_SLOT too, so the host can keep predicting the slot without
+reading it back: a replay uses the slot the next eager launch would have used,
+and the host flips its own slot after it, exactly as after an eager launch.
+Resetting on the device, rather than alternating between two captured graphs
+or adding a memset node, keeps a replay one graph launch and the statistics
+and failure reports those of any launch: the first node folds them as every
+launch's first thread does. The first node is the graph's root, ahead of
+everything captured (`cuda_graphs.Recording` says why not a branch beside
+the plain kernels a frame starts with).
 """
 
 import weakref
@@ -92,7 +91,7 @@ class Graph:
     def _record(self, launch_on, warps, args, name):
         """Record a devalloc launch of `warps` warps: `launch_on(stream)` gives the
         launch callable."""
-        handle = self._arena._handle_for(warps, L.REPLAY_SLOT, self._names, name)
+        handle = self._arena._handle_for(warps, L.REPLAYED, self._names, name)
         self._launches += 1
         self._recording.record(launch_on, handle, args)
 

@@ -103,9 +103,10 @@ def test_replays_and_eager_launches_interleave():
 
 
 def test_a_replay_starts_empty_whichever_slot_the_launches_before_it_used():
-    """Every replay allocates from one slot (`layout.REPLAY_SLOT`): after one
-    eager launch, after two (the other slot), and after another replay, it
-    starts empty, and every launch is counted in the totals once."""
+    """After one eager launch, after two (the other slot), and after another
+    replay, a replay starts empty, and so does the launch after it; a graph
+    with no devalloc launch resets too; every launch is counted in the totals
+    once."""
     value, offsets, out, eager = cuda.to_device(np.array([7])), poison(), poison(), poison()
     with devalloc.Arena(1 << 16) as arena:
         graph = two_kernels(arena, value, offsets, out)
