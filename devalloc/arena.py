@@ -689,11 +689,8 @@ class Arena:
                 self._move_to(stream)
             if self._memory.check_context:
                 self._require_context(f"a replay of {graph!r}")
-            if self._pins and not self._pins[-1].live:
-                self._give_back_graph_arrays()
-            limit = graph._limit
-            if limit > self._graph_top:  # (below the graphs captured after it)
-                limit = self._graph_top
+            self._give_back_graph_arrays()
+            limit = min(graph._limit, self._graph_top)  # (below the graphs captured after it)
             if limit != self._limit_set:
                 self._set_limit(limit, stream)
             reports.names.update(graph._names)

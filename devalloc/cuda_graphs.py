@@ -17,19 +17,20 @@ from numba import cuda
 from . import layout as L
 from .errors import CudaError, DevallocError
 
-__all__ = ["Recording", "StreamCapture", "driver_call", "stream_handle"]
+__all__ = ["CUDA_SUCCESS", "Recording", "StreamCapture", "driver_call", "stream_handle"]
+
+
+CUDA_SUCCESS = cu.CUresult.CUDA_SUCCESS
 
 
 def driver_call(result, what):
     """The values of a cuda.bindings call's `result`; `CudaError` naming `what` and
     the CUDA status if it failed."""
     error, *values = result if isinstance(result, tuple) else (result,)
-    if error != cu.CUresult.CUDA_SUCCESS:
+    if error != CUDA_SUCCESS:
         raise CudaError(getattr(error, "name", str(error)), what)
     return values[0] if len(values) == 1 else values
 
-
-_SUCCESS = cu.CUresult.CUDA_SUCCESS
 
 # Graphs dropped while their thread was capturing: closing one then would call
 # CUDA inside the capture (a stream's destruction waits for its work, which
@@ -128,7 +129,7 @@ class StreamCapture:
             self._launch_handle = stream_handle(stream)
             self._launch_stream = stream
         (status,) = cu.cuGraphLaunch(self._exec, self._launch_handle)
-        if status != _SUCCESS:
+        if status != CUDA_SUCCESS:
             driver_call(status, "cuGraphLaunch")  # raises
 
     def _destroy_stream(self):

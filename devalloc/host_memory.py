@@ -13,14 +13,13 @@ import numpy as np
 from numba import cuda
 
 from . import layout as L
-from .cuda_graphs import cu, driver_call, stream_handle
+from .cuda_graphs import CUDA_SUCCESS, cu, driver_call, stream_handle
 from .errors import DeviceMemoryError, NoGpuError
 from .numba_compat import CudaSupportError, DeviceNDArray, driver, flush_deallocations, rebind
 
 __all__ = ["GpuMemory"]
 
-_LEGACY_STREAM = cu.CUstream(0)
-_SUCCESS = cu.CUresult.CUDA_SUCCESS
+_LEGACY_STREAM = stream_handle(None)
 
 
 def _is_out_of_memory(error):
@@ -132,7 +131,7 @@ class GpuMemory:
             return
         if not self.check_context:
             (status,) = cu.cuStreamSynchronize(_LEGACY_STREAM)
-            if status == _SUCCESS:
+            if status == CUDA_SUCCESS:
                 return  # (otherwise, say, no context is current in this thread yet)
         with self._context():
             cuda.default_stream().synchronize()
