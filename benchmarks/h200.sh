@@ -110,13 +110,16 @@ for stage in $stages; do
     host-pools) timeout 240 python3 benchmarks/host_pools.py --frames 1000 --warmup 50 \
         --out "$OUT/all/host-pools.json" 2>&1 | tee "$OUT/all/host-pools.log" | tail -14
         cp "$OUT/all/host-pools.json" "$OUT/" ;;
-    pytest-bench)  # the regression gate: medians against the last accepted run
-        # (benchmarks/results/pytest-benchmark); this run is saved beside it, and
-        # committing $OUT's copy of that folder makes it the next baseline.
-        # (The storage lives in the checkout: pytest-benchmark names saved runs
-        # relative to the root directory, and refuses a folder outside it.)
+    pytest-bench)  # the regression gate: medians against the last accepted run on
+        # this model of GPU (benchmarks/results/pytest-benchmark/<GPU name>: an H100's
+        # run against an H200's baseline failed the gate by 10-23%, 2026-12-06); this
+        # run is saved beside it, and committing $OUT's copy of that folder makes it
+        # the next baseline. (The storage lives in the checkout: pytest-benchmark names
+        # saved runs relative to the root directory, and refuses a folder outside it.)
+        gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -cs 'A-Za-z0-9' '-')
+        gpu=${gpu%-}; echo "baseline: benchmarks/results/pytest-benchmark/$gpu"
         storage=.pytest-benchmark-run; rm -rf "$storage"; mkdir -p "$storage"
-        cp -r benchmarks/results/pytest-benchmark/. "$storage/" 2>/dev/null
+        cp -r "benchmarks/results/pytest-benchmark/$gpu/." "$storage/" 2>/dev/null
         gate=""
         if compgen -G "$storage/*/*.json" > /dev/null; then
           gate="--benchmark-compare --benchmark-compare-fail=median:10%"
@@ -126,7 +129,7 @@ for stage in $stages; do
           --benchmark-json="$OUT/all/pytest-benchmark.json" > "$OUT/all/pytest-benchmark.log" 2>&1
         grep -E "has failed|passed|failed|Error" "$OUT/all/pytest-benchmark.log" | tail -20
         cp "$OUT/all/pytest-benchmark.json" "$OUT/" 2>/dev/null
-        mkdir -p "$OUT/all/pytest-benchmark"; cp -r "$storage/." "$OUT/all/pytest-benchmark/" ;;
+        mkdir -p "$OUT/all/pytest-benchmark/$gpu"; cp -r "$storage/." "$OUT/all/pytest-benchmark/$gpu/" ;;
     memcheck) # (not the memory manager's gpu_streams check: under the sanitizer its 40
         # dropped arrays were still alive at its end, 2026-12-01; 0 memory errors)
         sanitize memcheck memcheck.log 300 $gpu_tests \

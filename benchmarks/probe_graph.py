@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
 import frame_pipeline as P  # noqa: E402
+import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import devalloc  # noqa: E402
@@ -72,6 +73,49 @@ def graph_modes(height, width):
         dev.process()
         static.process()
     return camera, out, dev, static
+
+
+class CounterGraph(P.Static):
+    """static-graph with its list stage written by hand for lists sized at run
+    time, with no allocator: `counter_lists` places each tile's list with one
+    atomic on a counter that a memset node zeroes at the frame's start. What
+    dynamic sizing costs in this frame, for devalloc-graph to be read against."""
+
+    name = "counter-graph"
+    graph = None
+
+    def __init__(self, camera, out, height, width):
+        super().__init__(camera, out, height, width)
+        self.used = cuda.device_array(1, np.int64)
+
+    def _frame(self, stream):
+        from cuda.bindings import driver as cu
+
+        from devalloc.cuda_graphs import driver_call, stream_handle
+
+        used = cu.CUdeviceptr(self.used.device_ctypes_pointer.value)
+        driver_call(cu.cuMemsetD8Async(used, 0, 8, stream_handle(stream)), "cuMemsetD8Async")
+        edges = P.edges_of(self.camera, self.buf, stream)
+        buf, out, at = self.buf, self.out, (self.out.tiles, P.TILE_BLOCK, stream)
+        starts, counts = buf["starts"], buf["counts"]
+        K.counter_lists[at](edges, buf["blur"], self.used, self.points, starts, counts)
+        K.consume_tiles[at](self.points, starts, counts, self.camera.rgb, out.palette, out.hist,
+                            out.overlay)  # fmt: skip
+        return edges
+
+    def process(self):
+        if self.graph is None:  # eagerly first: every kernel loaded before the capture
+            from devalloc.cuda_graphs import StreamCapture
+
+            edges = self._frame(0)
+            cuda.synchronize()
+            self.graph = StreamCapture()
+            self.edges = self._frame(self.graph.stream)
+            self.graph.finish()
+            return edges
+        self.graph.launch(0)
+        cuda.synchronize()
+        return self.edges
 
 
 def frame_sized_arena(dev):

@@ -91,33 +91,45 @@ def one_each(figures, reps):
 
 
 def captured_frame(figures, M, reps):
-    """GPU us a frame of the pipeline's two graph modes at 1080p and 4K, replayed in
-    batches queued behind a spin kernel, the two taking turns; and whether their
-    last frames' histograms and overlays agree."""
+    """GPU us a frame of the pipeline's two graph modes at 1080p and 4K, and of
+    the same frame with its lists placed by a hand-written counter
+    (`probe_graph.CounterGraph`), replayed in batches queued behind a spin
+    kernel, the three taking turns; and whether their last frames' histograms
+    and overlays agree."""
+    from functools import partial
+
     import numpy as np
-    from probe_graph import graph_modes
+    from probe_graph import CounterGraph, graph_modes
 
     for width, height in ((1920, 1080), (3840, 2160)):
-        _, out, dev, static = graph_modes(height, width)
+        camera, out, dev, static = graph_modes(height, width)
+        counter = CounterGraph(camera, out, height, width)
+        for _ in range(3):
+            counter.process()
         seen = []
-        for process in (dev.process, static.process):
+        for process in (dev.process, static.process, counter.process):
             out.hist.copy_to_device(np.full(out.hist.shape, -1, out.hist.dtype))  # poisoned
             out.overlay.copy_to_device(np.full(out.overlay.shape, 7, out.overlay.dtype))
             process()
             seen.append((out.hist.copy_to_host(), out.overlay.copy_to_host()))
-        same = all(np.array_equal(a, b) for a, b in zip(*seen))
-        own, base = M.interleaved_ms([dev.graph.replay, lambda s=static: s.graph.launch(0)], reps)
+        same = all(np.array_equal(a, b) for other in seen[1:] for a, b in zip(seen[0], other))
+        graphs = [partial(static.graph.launch, 0), partial(counter.graph.launch, 0)]
+        own, base, by_counter = M.interleaved_ms([dev.graph.replay, *graphs], reps)
         dev.arena.check()
         figures[f"frame_{height}p_us"] = [own * 1e3, base * 1e3, own / base, same]
-        host_figures(figures, f"{height}p", dev, static, reps)
+        # the counter's frame: us, against static-graph; devalloc-graph against it
+        ratios = [by_counter / base, own / by_counter]
+        figures[f"frame_{height}p_counter_us"] = [by_counter * 1e3, *ratios]
+        host_figures(figures, f"{height}p", dev, static, reps, counter)
     return figures
 
 
-def host_figures(figures, size, dev, static, reps, batch=50):
+def host_figures(figures, size, dev, static, reps, counter=None, batch=50):
     """The host's share of a captured frame, devalloc-graph against static-graph
     (medians of `reps` batches of `batch` calls, the two taking turns):
     wall_us, a whole frame as the pipeline runs it (replay and check, launch
-    and synchronize); queue_us, the host time of the replay or launch alone
+    and synchronize; wall_counter_us, the counter's frame so); queue_us, the
+    host time of the replay or launch alone
     (the GPU still busy with earlier ones); wait_us, ``arena.check()`` or
     ``cuda.synchronize()`` with nothing left to wait for."""
     import statistics
@@ -130,6 +142,8 @@ def host_figures(figures, size, dev, static, reps, batch=50):
         "queue_us": (dev.graph.replay, lambda: static.graph.launch(0)),
         "wait_us": (dev.arena.check, cuda.synchronize),
     }
+    if counter is not None:  # the hand-written counter's frame, launch and synchronize
+        pairs["wall_counter_us"] = (counter.process, static.process)
     for name, calls in pairs.items():
         seen = [[], []]
         for _ in range(reps):

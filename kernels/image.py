@@ -304,6 +304,29 @@ def fill_tiles(edges, img, starts, counts, points):
 
 
 @cuda.jit
+def counter_lists(edges, img, used, points, starts, counts):
+    """`arena_lists` as a CUDA programmer writes it without an allocator: each
+    tile's thread 0 takes its list's rows from one counter (`used[0]`, zeroed
+    before the frame) with one atomic, the others wait at a barrier; a list
+    past the end of `points` is left empty (count 0). Lists go where
+    `consume_tiles` reads them (starts, counts). The baseline of what dynamic
+    sizing costs in this kernel, with none of an allocator's bookkeeping."""
+    first, total = tile_scan(edges)
+    tile = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+    where = cuda.shared.array(1, np.int64)
+    if cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0:
+        where[0] = cuda.atomic.add(used, 0, total)
+    cuda.syncthreads()
+    start = where[0]
+    fits = start + total <= points.shape[0]
+    if cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0:
+        starts[tile] = start
+        counts[tile] = total if fits else 0
+    if fits:
+        write_points(edges, img, points[start : start + total], first)
+
+
+@cuda.jit
 def consume_tiles(points, starts, counts, rgb, palette, hist, overlay):
     tile = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
     start = starts[tile]
@@ -329,6 +352,7 @@ def _signatures():
         "arena_consume": (i8_2, u8_3, u8_2, i4_2, u8_3),
         "count_tiles": (u8_2, i8_1),
         "fill_tiles": (u8_2, f4_2, i8_1, i8_1, i4_2),
+        "counter_lists": (u8_2, f4_2, i8_1, i4_2, i8_1, i8_1),
         "consume_tiles": (i4_2, i8_1, i8_1, u8_3, u8_2, i4_2, u8_3),
     }
 

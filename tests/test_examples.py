@@ -234,3 +234,58 @@ def test_attention_example_matches_numpy_in_every_mode(tmp_path):
     assert [row[0] for row in rows] == ["devalloc", "malloc", "prealloc"]
     # Held scratch: exactly what a step needs (malloc) is less than the worst case.
     assert float(rows[1][2]) < float(rows[2][2])
+
+
+def test_the_counter_baseline_lists_what_the_static_lists_do_and_stops_at_its_end():
+    """`counter_lists` (the benchmarks' hand-written baseline for the frame's list
+    stage) gives the histograms and overlay of `fill_tiles`; with room for part
+    of the points, the tiles past the end get empty lists and nothing is
+    written outside `points` (the simulator checks every index)."""
+    from numba import cuda
+
+    from kernels import image as K
+
+    height, width = 40, 70  # 2 x 3 tiles, the last row and column partial
+    rng = np.random.default_rng(7)
+    edges = (rng.random((height, width)) < 0.3).astype(np.uint8)
+    img = rng.random((height, width)).astype(np.float32)
+    rgb = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    ty, tx = K.tiles(height, width)
+    at = ((tx, ty), (K.TILE, 8))
+    d_edges, d_img, d_rgb = cuda.to_device(edges), cuda.to_device(img), cuda.to_device(rgb)
+    palette = cuda.to_device(K.PALETTE)
+
+    def run(lists):
+        hist = cuda.to_device(np.full((ty * tx, K.BINS), -1, np.int32))  # poisoned
+        overlay = cuda.to_device(np.full((height, width, 3), 7, np.uint8))
+        starts, counts = lists()
+        K.consume_tiles[at](points, starts, counts, d_rgb, palette, hist, overlay)
+        return hist.copy_to_host(), overlay.copy_to_host(), counts.copy_to_host()
+
+    def fixed():
+        starts = cuda.to_device(np.arange(ty * tx, dtype=np.int64) * K.TILE * K.TILE)
+        counts = cuda.to_device(np.full(ty * tx, -1, np.int64))
+        K.fill_tiles[at](d_edges, d_img, starts, counts, points)
+        return starts, counts
+
+    def by_counter(room):
+        def lists():
+            starts = cuda.to_device(np.full(ty * tx, -1, np.int64))
+            counts = cuda.to_device(np.full(ty * tx, -1, np.int64))
+            used = cuda.to_device(np.zeros(1, np.int64))
+            K.counter_lists[at](d_edges, d_img, used, points[:room], starts, counts)
+            return starts, counts
+
+        return lists
+
+    points = cuda.to_device(np.full((ty * tx * K.TILE * K.TILE, K.POINT), -1, np.int32))
+    hist, overlay, counts = run(fixed)
+    assert counts.sum() == edges.sum() > 0 and (hist >= 0).all()
+    got = run(by_counter(int(edges.sum())))  # room for exactly every point
+    assert np.array_equal(got[0], hist) and np.array_equal(got[1], overlay)
+    assert np.array_equal(got[2], counts)
+    room = int(edges.sum()) // 2
+    short = run(by_counter(room))[2]
+    kept = short != 0
+    assert 0 < short.sum() <= room and np.array_equal(short[kept], counts[kept])
+    assert (short[counts != 0] == 0).any()  # some tiles found no room
