@@ -75,20 +75,20 @@ def graph_modes(height, width):
     return camera, out, dev, static
 
 
-class CounterGraph(P.Static):
+class CounterGraph(P.StaticGraph):
     """static-graph with its list stage written by hand for lists sized at run
     time, with no allocator: `counter_lists` places each tile's list with one
     atomic on a counter that a memset node zeroes at the frame's start. What
-    dynamic sizing costs in this frame, for devalloc-graph to be read against."""
+    dynamic sizing costs in this frame, for devalloc-graph to be read against.
+    GPU only (the memset is a driver call)."""
 
     name = "counter-graph"
-    graph = None
 
     def __init__(self, camera, out, height, width):
         super().__init__(camera, out, height, width)
         self.used = cuda.device_array(1, np.int64)
 
-    def _frame(self, stream):
+    def stages(self, stream=0):
         from cuda.bindings import driver as cu
 
         from devalloc.cuda_graphs import driver_call, stream_handle
@@ -102,20 +102,6 @@ class CounterGraph(P.Static):
         K.consume_tiles[at](self.points, starts, counts, self.camera.rgb, out.palette, out.hist,
                             out.overlay)  # fmt: skip
         return edges
-
-    def process(self):
-        if self.graph is None:  # eagerly first: every kernel loaded before the capture
-            from devalloc.cuda_graphs import StreamCapture
-
-            edges = self._frame(0)
-            cuda.synchronize()
-            self.graph = StreamCapture()
-            self.edges = self._frame(self.graph.stream)
-            self.graph.finish()
-            return edges
-        self.graph.launch(0)
-        cuda.synchronize()
-        return self.edges
 
 
 def frame_sized_arena(dev):

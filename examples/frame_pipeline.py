@@ -255,9 +255,14 @@ class Static:
         self.buf["starts"].copy_to_device(np.arange(tiles, dtype=np.int64) * K.TILE * K.TILE)
         self.held_bytes = sum(a.nbytes for a in self.buf.values()) + self.points.nbytes
 
+    def stages(self, stream=0):
+        """The frame's work, queued on `stream`; returns the edge map's buffer."""
+        edges = edges_of(self.camera, self.buf, stream)
+        lists_at_starts(self.camera, self.out, self.buf, edges, self.points, stream)
+        return edges
+
     def process(self):
-        edges = edges_of(self.camera, self.buf)
-        lists_at_starts(self.camera, self.out, self.buf, edges, self.points)
+        edges = self.stages()
         frame_queued(self)
         cuda.synchronize()
         return edges
@@ -276,9 +281,7 @@ class StaticGraph(Static):
                 from devalloc.cuda_graphs import StreamCapture
 
                 self.graph = StreamCapture()
-                self.edges = edges_of(self.camera, self.buf, self.graph.stream)
-                lists_at_starts(self.camera, self.out, self.buf, self.edges, self.points,
-                                self.graph.stream)  # fmt: skip
+                self.edges = self.stages(self.graph.stream)
                 self.graph.finish()
             return edges
         self.graph.launch(0)
