@@ -1,0 +1,80 @@
+"""The driver calls a graph per arena slot needs (branch experiment/graph-per-slot),
+on the GPU: a Numba kernel captured into a CUDA graph, its node found with
+cuStreamGetCaptureInfo, its parameters counted with cuFuncGetParamInfo, the graph
+instantiated twice with the second instance's first parameter set through
+cuGraphExecKernelNodeSetParams, and both instances replayed with their own values.
+
+    python benchmarks/probe_node_params.py      (on the GPU; prints PROTO OK)
+
+Run 34 ran its first draft, the same calls (an H100, driver 580.159.04,
+2026-12-07): 15 parameters of 8 bytes,
+instance 0 wrote 1000 + i, instance 1 1001 + i, instance 0 again 1000 + i
+(benchmarks/results/h100-2026-12-07-run34-node-params.txt).
+"""
+
+import ctypes
+
+import numpy as np
+from cuda.bindings import driver as cu
+from numba import cuda
+
+
+def ok(result, what):
+    error, *values = result if isinstance(result, tuple) else (result,)
+    assert error == cu.CUresult.CUDA_SUCCESS, (what, error)
+    return values[0] if len(values) == 1 else values
+
+
+@cuda.jit
+def write(handle, out, other):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = handle + other[i]
+
+
+def replay(instance, stream, out):
+    ok(cu.cuGraphLaunch(instance, stream), "cuGraphLaunch")
+    ok(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    return out.copy_to_host()
+
+
+def main():
+    out = cuda.to_device(np.full(64, -7, np.int64))
+    other = cuda.to_device(np.arange(64, dtype=np.int64))
+    write[1, 64](0, out, other)  # (loaded before the capture)
+    cuda.synchronize()
+    stream = ok(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "create")
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    ok(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+    write[1, 64, cuda.external_stream(int(stream))](1000, out, other)
+    info = cu.cuStreamGetCaptureInfo(stream)
+    print("capture info", info)
+    node = info[4][0]
+    graph = ok(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
+    first = ok(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    second = ok(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    params = ok(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+    print("func", params.func, "kern", params.kern, "kp", params.kernelParams)
+    sizes = []
+    while True:
+        result = cu.cuFuncGetParamInfo(params.func, len(sizes))
+        if result[0] != cu.CUresult.CUDA_SUCCESS:
+            print("stop at", len(sizes), result[0])
+            break
+        sizes.append(result[2])
+    print("params", len(sizes), sizes)
+    captured = (ctypes.c_void_p * len(sizes)).from_address(params.kernelParams)
+    pointers = (ctypes.c_void_p * len(sizes))(*captured)
+    value = ctypes.c_int64(1001)
+    pointers[0] = ctypes.addressof(value)
+    params.kernelParams = ctypes.addressof(pointers)
+    ok(cu.cuGraphExecKernelNodeSetParams(second, node, params), "cuGraphExecKernelNodeSetParams")
+    a, b, c = (replay(instance, stream, out) for instance in (first, second, first))
+    print(a[:3], b[:3], c[:3])
+    expected = np.arange(64)
+    assert (a == 1000 + expected).all() and (b == 1001 + expected).all() and (c == a).all()
+    print("PROTO OK")
+
+
+if __name__ == "__main__":
+    main()
