@@ -96,11 +96,11 @@ class CounterGraph(P.StaticGraph):
         used = cu.CUdeviceptr(self.used.device_ctypes_pointer.value)
         driver_call(cu.cuMemsetD8Async(used, 0, 8, stream_handle(stream)), "cuMemsetD8Async")
         edges = P.edges_of(self.camera, self.buf, stream)
-        buf, out, at = self.buf, self.out, (self.out.tiles, P.TILE_BLOCK, stream)
-        starts, counts = buf["starts"], buf["counts"]
-        K.counter_lists[at](edges, buf["blur"], self.used, self.points, starts, counts)
-        K.consume_tiles[at](self.points, starts, counts, self.camera.rgb, out.palette, out.hist,
-                            out.overlay)  # fmt: skip
+        buf = self.buf
+        K.counter_lists[self.out.tiles, P.TILE_BLOCK, stream](
+            edges, buf["blur"], self.used, self.points, buf["starts"], buf["counts"]
+        )
+        P.consume_lists(self.camera, self.out, buf, self.points, stream)
         return edges
 
 

@@ -13,16 +13,16 @@ instance 0 wrote 1000 + i, instance 1 1001 + i, instance 0 again 1000 + i
 """
 
 import ctypes
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 from cuda.bindings import driver as cu
 from numba import cuda
 
-
-def ok(result, what):
-    error, *values = result if isinstance(result, tuple) else (result,)
-    assert error == cu.CUresult.CUDA_SUCCESS, (what, error)
-    return values[0] if len(values) == 1 else values
+from devalloc.cuda_graphs import driver_call
 
 
 @cuda.jit
@@ -33,8 +33,8 @@ def write(handle, out, other):
 
 
 def replay(instance, stream, out):
-    ok(cu.cuGraphLaunch(instance, stream), "cuGraphLaunch")
-    ok(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    driver_call(cu.cuGraphLaunch(instance, stream), "cuGraphLaunch")
+    driver_call(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
     return out.copy_to_host()
 
 
@@ -43,17 +43,19 @@ def main():
     other = cuda.to_device(np.arange(64, dtype=np.int64))
     write[1, 64](0, out, other)  # (loaded before the capture)
     cuda.synchronize()
-    stream = ok(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "create")
+    stream = driver_call(
+        cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "create"
+    )
     mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    ok(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+    driver_call(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
     write[1, 64, cuda.external_stream(int(stream))](1000, out, other)
     info = cu.cuStreamGetCaptureInfo(stream)
     print("capture info", info)
     node = info[4][0]
-    graph = ok(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
-    first = ok(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-    second = ok(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-    params = ok(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+    graph = driver_call(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
+    first = driver_call(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    second = driver_call(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    params = driver_call(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
     print("func", params.func, "kern", params.kern, "kp", params.kernelParams)
     sizes = []
     while True:
@@ -68,7 +70,9 @@ def main():
     value = ctypes.c_int64(1001)
     pointers[0] = ctypes.addressof(value)
     params.kernelParams = ctypes.addressof(pointers)
-    ok(cu.cuGraphExecKernelNodeSetParams(second, node, params), "cuGraphExecKernelNodeSetParams")
+    driver_call(
+        cu.cuGraphExecKernelNodeSetParams(second, node, params), "cuGraphExecKernelNodeSetParams"
+    )
     a, b, c = (replay(instance, stream, out) for instance in (first, second, first))
     print(a[:3], b[:3], c[:3])
     expected = np.arange(64)

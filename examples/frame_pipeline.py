@@ -203,9 +203,15 @@ def edges_of(camera, buf, stream=0):
 def lists_at_starts(camera, out, buf, edges, points, stream=0):
     """The list stage where the host placed each tile's list (buf["starts"]):
     fill the lists, then the histograms and overlay from them."""
-    at = (out.tiles, TILE_BLOCK, stream)
-    K.fill_tiles[at](edges, buf["blur"], buf["starts"], buf["counts"], points)
-    K.consume_tiles[at](
+    K.fill_tiles[out.tiles, TILE_BLOCK, stream](
+        edges, buf["blur"], buf["starts"], buf["counts"], points
+    )
+    consume_lists(camera, out, buf, points, stream)
+
+
+def consume_lists(camera, out, buf, points, stream=0):
+    """The histograms and overlay from each tile's list (buf["starts"], buf["counts"])."""
+    K.consume_tiles[out.tiles, TILE_BLOCK, stream](
         points, buf["starts"], buf["counts"], camera.rgb, out.palette, out.hist, out.overlay
     )
 
