@@ -246,9 +246,6 @@ def kernel_figures(rows, dev, static, camera, out, once=False):
         static_lists()
         static_consume()
 
-    from devalloc.capture import _first_node
-
-    header = arena._memory.header_address
     if once:
         for launch in (devalloc_lists, static_lists, devalloc_both, static_both):
             launch()
@@ -261,7 +258,6 @@ def kernel_figures(rows, dev, static, camera, out, once=False):
         "fill_tiles+consume_tiles": queued_gpu_us(static_both),
         "arena_consume alone": queued_gpu_us(lambda: devalloc_consume(first["table"])),
         "consume_tiles alone": queued_gpu_us(static_consume),
-        "first node alone": queued_gpu_us(lambda: _first_node[1, 1](header)),
         "spin(0) alone": queued_gpu_us(lambda: KB.spin[1, 1](0)),
     }
 
