@@ -182,10 +182,22 @@ class StreamCapture:
         self._destroy_stream()
 
 
+def driver_version():
+    """The CUDA version of the driver, as (major, minor)."""
+    version = driver_call(cu.cuDriverGetVersion(), "cuDriverGetVersion")
+    return version // 1000, version % 1000 // 10
+
+
 def _set_first_parameter(instance, node, captured, value):
     """Set the first parameter (8 bytes, `captured` in the graph) of kernel node
     `node` to `value` in the instantiated graph `instance`; its other
     parameters stay as captured. The driver copies the values it is given."""
+    version = driver_version()
+    if version < (12, 4):  # (older drivers have no cuFuncGetParamInfo)
+        raise DevallocError(
+            "capturing devalloc launches into a CUDA graph needs a CUDA 12.4 driver or later; "
+            f"this one is CUDA {version[0]}.{version[1]}"
+        )
     params = driver_call(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
     sizes = []
     while True:  # (cuFuncGetParamInfo refuses the index past the last)

@@ -453,6 +453,22 @@ def test_another_threads_default_stream_work_neither_waits_for_nor_breaks_a_capt
     assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
 
 
+def test_a_driver_older_than_cuda_12_4_is_named_before_any_graph_is_touched(monkeypatch):
+    """Setting the second instance's handles needs cuFuncGetParamInfo (CUDA 12.4):
+    an older driver gets an error that says so, before any call on the graph
+    (no GPU needed: the driver's version is the only thing asked)."""
+    pytest.importorskip("cuda.bindings")
+    from devalloc import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "driver_version", lambda: (12, 3))
+    with pytest.raises(devalloc.DevallocError, match=r"CUDA 12\.4 driver or later.*CUDA 12\.3"):
+        cuda_graphs._set_first_parameter(None, None, 0, 1)
+    monkeypatch.setattr(cuda_graphs, "driver_version", lambda: (12, 4))
+    with pytest.raises(Exception) as passed:  # past the check: the first driver call refuses None
+        cuda_graphs._set_first_parameter(None, None, 0, 1)
+    assert "12.4 driver" not in str(passed.value)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
 def test_a_graph_whose_second_instance_fails_is_not_replayable(monkeypatch):
