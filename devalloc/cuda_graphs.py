@@ -10,6 +10,7 @@ later; seen on an H100 with driver 580.159, 2026-12-07).
 """
 
 import ctypes
+import functools
 import gc
 import threading
 import weakref
@@ -182,8 +183,10 @@ class StreamCapture:
         self._destroy_stream()
 
 
+@functools.cache
 def driver_version():
-    """The CUDA version of the driver, as (major, minor)."""
+    """The CUDA version of the driver, as (major, minor): asked once a process,
+    not once per kernel node set."""
     version = driver_call(cu.cuDriverGetVersion(), "cuDriverGetVersion")
     return version // 1000, version % 1000 // 10
 
