@@ -548,9 +548,9 @@ def test_a_graph_dropped_during_another_capture_is_closed_after_it():
         with arena.capture() as graph:
             put[1, 32](arena, value, offsets)
             del old  # its finalizer runs here, inside this capture
-            assert closed._exec is not None  # not closed yet
+            assert closed._execs is not None  # not closed yet
             get[1, 32](arena, offsets, out)
-        assert closed._exec is None  # closed when the capture ended
+        assert closed._execs is None  # closed when the capture ended
         graph.replay()
         arena.check()
     np.testing.assert_array_equal(out.copy_to_host(), 3 + np.arange(32))
