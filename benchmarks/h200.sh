@@ -133,7 +133,15 @@ for stage in $stages; do
     memcheck) # (not the memory manager's gpu_streams check: under the sanitizer its 40
         # dropped arrays were still alive at its end, 2026-12-01; 0 memory errors)
         sanitize memcheck memcheck.log 300 $gpu_tests \
-        -k "(a_million_threads or streams or launches or random_programs or sixteen) and not gpu_streams" ;;
+        -k "(a_million_threads or streams or launches or random_programs or sixteen) and not gpu_streams"
+        # The capture tests on real CUDA graphs, memory errors only: the API errors they
+        # make on purpose (cuFuncGetParamInfo refusing the index past a kernel's last
+        # parameter, how a capture counts them; an allocation a test makes inside a
+        # capture) are not counted. Reported, each saved a host backtrace that kept the
+        # Python frames alive, and with them a Graph a test drops (H100, 2026-12-07,
+        # runs 37-39: that test failed only so; counting memory errors only, 0).
+        sanitize memcheck memcheck-capture.log 150 --report-api-errors no \
+          python3 -m pytest -q -p no:cacheprovider --timeout=100 tests/test_capture.py ;;
     racecheck) sanitize racecheck racecheck.log 300 $small_tests -k "not (retrying_alone and random)" ;;
     synccheck) sanitize synccheck synccheck.log 300 $small_tests ;;
   esac

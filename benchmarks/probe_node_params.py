@@ -1,8 +1,9 @@
-"""The driver calls a graph per arena slot needs (branch experiment/graph-per-slot),
-on the GPU: a Numba kernel captured into a CUDA graph, its node found with
-cuStreamGetCaptureInfo, its parameters counted with cuFuncGetParamInfo, the graph
-instantiated twice with the second instance's first parameter set through
-cuGraphExecKernelNodeSetParams, and both instances replayed with their own values.
+"""The driver calls a graph per arena slot makes (devalloc.cuda_graphs), alone on
+the GPU: a Numba kernel captured into a CUDA graph, its node found with
+cuStreamGetCaptureInfo, the graph instantiated twice with the second instance's
+first parameter set by `_set_first_parameter` (cuFuncGetParamInfo counts the
+parameters, cuGraphExecKernelNodeSetParams sets it), and both instances replayed
+with their own values.
 
     python benchmarks/probe_node_params.py      (on the GPU; prints PROTO OK)
 
@@ -12,7 +13,6 @@ instance 0 wrote 1000 + i, instance 1 1001 + i, instance 0 again 1000 + i
 (benchmarks/results/h100-2026-12-07-run34-node-params.txt).
 """
 
-import ctypes
 import sys
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 from numba import cuda
 
-from devalloc.cuda_graphs import driver_call
+from devalloc.cuda_graphs import _set_first_parameter, driver_call
 
 
 @cuda.jit
@@ -55,24 +55,7 @@ def main():
     graph = driver_call(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
     first = driver_call(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
     second = driver_call(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-    params = driver_call(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
-    print("func", params.func, "kern", params.kern, "kp", params.kernelParams)
-    sizes = []
-    while True:
-        result = cu.cuFuncGetParamInfo(params.func, len(sizes))
-        if result[0] != cu.CUresult.CUDA_SUCCESS:
-            print("stop at", len(sizes), result[0])
-            break
-        sizes.append(result[2])
-    print("params", len(sizes), sizes)
-    captured = (ctypes.c_void_p * len(sizes)).from_address(params.kernelParams)
-    pointers = (ctypes.c_void_p * len(sizes))(*captured)
-    value = ctypes.c_int64(1001)
-    pointers[0] = ctypes.addressof(value)
-    params.kernelParams = ctypes.addressof(pointers)
-    driver_call(
-        cu.cuGraphExecKernelNodeSetParams(second, node, params), "cuGraphExecKernelNodeSetParams"
-    )
+    _set_first_parameter(second, node, 1000, 1001)  # (checks the captured 1000)
     a, b, c = (replay(instance, stream, out) for instance in (first, second, first))
     print(a[:3], b[:3], c[:3])
     expected = np.arange(64)

@@ -110,7 +110,6 @@ def fold_other_slot(hdr, slot):
     the fold spread over the first warp, a few words per lane summed with
     shuffles, held two registers fewer but reached block 0's barrier 0.4 us
     later at 10 K threads.)"""
-    hdr[L.LIVE_SLOT] = slot
     other = (1 - slot) * L.SLOT_WORDS
     cursor = hdr[other + L.CURSOR]
     allocs = hdr[other + L.ALLOCS]
@@ -139,23 +138,6 @@ def fold_other_slot(hdr, slot):
         hdr[other + word] = 0
     for shard in range(L.CURSOR_SHARDS):
         hdr[cursor_shard(1 - slot, shard)] = 0
-
-
-@device_function
-def resolve_slot(hdr, slot, replayed):
-    """The slot the launch allocates from: its handle's, or, for a launch
-    replayed from a captured graph, the one the replay's first node chose."""
-    if replayed:
-        return hdr[L.LIVE_SLOT] & L.SLOT_MASK
-    return slot
-
-
-@device_function
-def begin_replay(hdr):
-    """A replay's first node, one thread: the replay takes the slot the latest
-    launch did not use, and empties it (folding what it held into the totals),
-    as an eager launch outside a frame does with the slot in its handle."""
-    fold_other_slot(hdr, 1 - hdr[L.LIVE_SLOT])
 
 
 @device_function

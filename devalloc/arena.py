@@ -462,7 +462,6 @@ class Arena:
         header[L.LIMIT] = capacity
         header[L.FAIL_RECORD] = memory.record_address
         header[L.PENDING_ASKED] = L.NOTHING_ASKED
-        header[L.LIVE_SLOT] = 1  # as if the latest launch had used slot 1: the first uses 0
         header[L.TOTAL_ALLOCS], header[L.TOTAL_FAILED] = totals
         if kernel_allocs is not None:
             header[L.KERNEL_ALLOCS : L.KERNEL_ALLOCS + L.KERNEL_IDS] = kernel_allocs
@@ -485,9 +484,9 @@ class Arena:
         self._release = weakref.finalize(self, _queue_dropped, self._reports)
         self._release.atexit = False  # _at_exit takes care of it
         self._header_address = memory.header_address
-        # slot (0, 1, or REPLAYED) -> warps in the grid -> the launch handle, but its
+        # slot (0 or 1) -> warps in the grid -> the launch handle, but its
         # sequence number (see _handle_for)
-        self._handles = {0: {}, 1: {}, L.REPLAYED: {}}
+        self._handles = {0: {}, 1: {}}
         self._slot = 0
         self._dirty = False  # the live slot has seen a launch since it was cleared
         # Frame arrays: the top of the data region, from `_top` up (see the module's notes).
@@ -696,15 +695,18 @@ class Arena:
             reports.names.update(graph._names)
             launched = False
             try:
-                recording.launch(stream)
+                recording.launch(stream, self._slot)  # the graph's instance for the slot
                 launched = True
             finally:
-                # (On the simulator, a replay that raised ran its first node and
-                # its launches up to the exception: it counts as well.) Outside a
-                # frame, as a replay always is, this takes the slot the next
-                # launch would have had: the one the replay used (see capture.py).
+                # (On the simulator, a replay that raised ran its launches up to
+                # the exception: it counts as well.) Outside a frame, as a replay
+                # always is, the next launch takes the other slot, as after an
+                # eager launch; a graph without devalloc launches used no slot.
                 if launched or SIMULATOR:
-                    self._end_launch(graph._launches)
+                    if graph._launches:
+                        self._end_launch(graph._launches)
+                    else:
+                        self._resets += 1
                     self._frames += 1
         finally:
             lock.release()

@@ -1,16 +1,20 @@
 """CUDA graphs through the driver API (cuda.bindings, which numba-cuda's cu12/cu13
-extras install): stream capture, instantiation, launch; and a devalloc Graph's
+extras install): stream capture, instantiation (twice, the second with other
+values of chosen kernels' first parameter), launch; and a devalloc Graph's
 recording made of them. GPU only (the simulator's: `simulator.cuda_graphs`).
 
 Checked against cuda-bindings 13.3 and 13.5 with numba-cuda 0.30.4: Numba's
-kernel launches onto a stream in capture mode are recorded, not run.
+kernel launches onto a stream in capture mode are recorded, not run. Setting a
+kernel node's parameter needs `cuFuncGetParamInfo` (CUDA 12.4 drivers and
+later; seen on an H100 with driver 580.159, 2026-12-07).
 """
 
+import ctypes
+import functools
 import gc
 import threading
 import weakref
 
-import numpy as np
 from cuda.bindings import driver as cu
 from numba import cuda
 
@@ -75,7 +79,7 @@ class StreamCapture:
             stream = cuda.external_stream(int(self._own_stream))
         self.stream = stream
         self._handle = stream_handle(self.stream)
-        self._exec = None
+        self._execs = None  # the instances, once finished
         self._graph = None
         self._launch_stream, self._launch_handle = None, stream_handle(None)  # `launch`'s last
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
@@ -107,9 +111,37 @@ class StreamCapture:
             for capture in pending:
                 _close_when_safe(capture)  # (now, or at the end of an outer capture)
 
-    def finish(self):
+    def last_node(self):
+        """The node the last work queued on the stream became: a kernel node."""
+        result = driver_call(cu.cuStreamGetCaptureInfo(self._handle), "cuStreamGetCaptureInfo")
+        nodes = result[3]  # (status, id, graph, dependencies, ...): what comes next waits for
+        kernel = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+        if len(nodes) != 1 or driver_call(cu.cuGraphNodeGetType(nodes[0]), "type") != kernel:
+            raise DevallocError("the capture stream's last work is not one kernel launch")
+        return nodes[0]
+
+    def finish(self, second=()):
+        """End the capture and instantiate the graph: instance 0 as captured and,
+        if `second` names kernel nodes, instance 1 with each one's first
+        parameter (8 bytes) changed from the captured value to another,
+        ``[(node, captured, value), ...]``."""
         self._graph = self._end()
-        self._exec = driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+        first = driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+        if not second:
+            self._execs = (first, first)
+            return
+        try:
+            other = driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+            try:
+                for node, captured, value in second:
+                    _set_first_parameter(other, node, captured, value)
+            except BaseException:
+                cu.cuGraphExecDestroy(other)
+                raise
+        except BaseException:
+            cu.cuGraphExecDestroy(first)
+            raise
+        self._execs = (first, other)
 
     def abandon(self):
         """End the capture and keep nothing (the capture may have been invalidated)."""
@@ -120,15 +152,16 @@ class StreamCapture:
                 return  # the capture was invalidated: nothing was made
             cu.cuGraphDestroy(graph)
 
-    def launch(self, stream):
-        """One ``cuGraphLaunch`` on `stream`; the CUstream of the last stream given
-        is kept (held, so no other stream can take its place at its address)."""
-        if self._exec is None:
+    def launch(self, stream, instance=0):
+        """One ``cuGraphLaunch`` of `instance` (0 or 1) on `stream`; the CUstream of
+        the last stream given is kept (held, so no other stream can take its
+        place at its address)."""
+        if self._execs is None:
             raise DevallocError("this graph was closed, or its capture did not finish")
         if stream is not self._launch_stream:
             self._launch_handle = stream_handle(stream)
             self._launch_stream = stream
-        (status,) = cu.cuGraphLaunch(self._exec, self._launch_handle)
+        (status,) = cu.cuGraphLaunch(self._execs[instance], self._launch_handle)
         if status != CUDA_SUCCESS:
             driver_call(status, "cuGraphLaunch")  # raises
 
@@ -140,54 +173,87 @@ class StreamCapture:
     def close(self):
         self.abandon()
         self._launch_stream = None  # (the user's stream is not kept alive by a closed graph)
-        if self._exec is not None:
-            cu.cuGraphExecDestroy(self._exec)
-            self._exec = None
+        if self._execs is not None:
+            for instance in set(self._execs):
+                cu.cuGraphExecDestroy(instance)
+            self._execs = None
         if self._graph is not None:
             cu.cuGraphDestroy(self._graph)
             self._graph = None
         self._destroy_stream()
 
 
+@functools.cache
+def driver_version():
+    """The CUDA version of the driver, as (major, minor): asked once a process,
+    not once per kernel node set."""
+    version = driver_call(cu.cuDriverGetVersion(), "cuDriverGetVersion")
+    return version // 1000, version % 1000 // 10
+
+
+def _set_first_parameter(instance, node, captured, value):
+    """Set the first parameter (8 bytes, `captured` in the graph) of kernel node
+    `node` to `value` in the instantiated graph `instance`; its other
+    parameters stay as captured. The driver copies the values it is given."""
+    version = driver_version()
+    if version < (12, 4):  # (older drivers have no cuFuncGetParamInfo)
+        raise DevallocError(
+            "capturing devalloc launches into a CUDA graph needs a CUDA 12.4 driver or later; "
+            f"this one is CUDA {version[0]}.{version[1]}"
+        )
+    params = driver_call(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+    sizes = []
+    while True:  # (cuFuncGetParamInfo refuses the index past the last)
+        result = cu.cuFuncGetParamInfo(params.func, len(sizes))
+        if result[0] != CUDA_SUCCESS:
+            if not sizes:
+                driver_call(result, "cuFuncGetParamInfo")  # raises
+            break
+        sizes.append(result[2])
+    if sizes[0] != 8:
+        raise DevallocError(f"the kernel's first parameter is {sizes[0]} bytes, not 8")
+    pointers = (ctypes.c_void_p * len(sizes)).from_address(params.kernelParams)
+    if ctypes.c_int64.from_address(pointers[0]).value != captured:
+        raise DevallocError("a captured kernel node's first parameter is not its launch handle")
+    pointers = (ctypes.c_void_p * len(sizes))(*pointers)
+    first = ctypes.c_int64(value)
+    pointers[0] = ctypes.addressof(first)
+    params.kernelParams = ctypes.addressof(pointers)
+    driver_call(
+        cu.cuGraphExecKernelNodeSetParams(instance, node, params), "cuGraphExecKernelNodeSetParams"
+    )
+
+
 class Recording:
     """The launches recorded for a Graph: CUDA stream capture on a stream of its
-    own, its first node ``first_node[1, 1](header_address)``, the reset, the
-    graph's root, ahead of everything captured. (It was a branch of its own,
-    which only the first devalloc launch waited for, so that it ran beside the
-    plain kernels ahead of that launch; a chain was faster: on an H100,
-    2026-12-06, the pipeline's captured frame 1080p 208.8 -> 208.0 us, 4K
-    695.6 -> 693.9 us, two turns each; the reset alone is a 3.4 us kernel.)"""
+    own. Each devalloc launch's kernel node is noted as it is captured, and
+    `finish` instantiates the graph twice: instance 0 as captured (its
+    launches' handles carry slot 0), instance 1 with slot 1 in each handle;
+    ``launch(stream, slot)`` replays the slot's (see `capture`)."""
 
-    _warm = None  # a scratch header: the first node is loaded before any capture
-
-    def __init__(self, stream, first_node, header_address):
-        if Recording._warm is None:  # no module loading while capturing
-            Recording._warm = cuda.to_device(np.zeros(L.HEADER_WORDS, np.int64))
-            first_node[1, 1](Recording._warm.device_ctypes_pointer.value)
+    def __init__(self, stream):
         self._capture = StreamCapture(stream)
         self.stream = self._capture.stream
-        self.launch = self._capture.launch  # launch(stream): the replay, one cuGraphLaunch
+        self.launch = self._capture.launch  # launch(stream, slot): one cuGraphLaunch
         # The graph's kernels read their arguments' memory at every replay:
         # keep the arrays alive as long as the graph (Numba's launch keeps none,
         # and an array made in the launch's own line is freed when the capture
         # ends). The simulator's recording keeps them in its calls.
         self._arguments = []
+        self._handles = []  # (kernel node, handle) of each devalloc launch
         self._finalizer = weakref.finalize(self, _close_when_safe, self._capture)
-        try:
-            first_node[1, 1, self.stream](header_address)
-        except BaseException:  # never leave a capture open behind an error
-            self._capture.abandon()
-            raise
 
     def record(self, launch_on, handle, args):
         launch_on(self.stream)(handle, *args)
         self._arguments.append(args)
+        self._handles.append((self._capture.last_node(), handle))
 
     def fill_zeros(self, memory, array):
         memory.fill_zeros(array, self.stream)
 
     def finish(self):
-        self._capture.finish()
+        slot_1 = L.SLOT_MASK  # (the handles were packed with slot 0)
+        self._capture.finish([(node, handle, handle | slot_1) for node, handle in self._handles])
 
     def abandon(self):
         self._capture.abandon()
@@ -196,7 +262,7 @@ class Recording:
     @property
     def replayable(self):
         """Whether it was finished and not closed since."""
-        return self._capture._exec is not None
+        return self._capture._execs is not None
 
     def close(self):
         self._finalizer()

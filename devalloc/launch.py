@@ -6,9 +6,8 @@ and generates a wrapper kernel around it::
     def k(handle, a, b):                       # handle: one int64 argument
         state = cuda.shared.array(...)         # the block's slab words and counters
         tally = cuda.local.array(2, int64)     # this thread's counts (registers)
-        header, slot, log2_slab, seq, replayed, kernel, spread = unpack_handle(handle)
+        header, slot, log2_slab, seq, kernel, spread = unpack_handle(handle)
         hdr = array_at(header, ...)
-        slot = resolve_slot(hdr, slot, replayed)  # a replayed launch's slot is on the device
         limit = hdr[LIMIT]                     # loaded before the barrier, so that its
                                                # latency is not on the first allocation's path
         warp = enter_block(hdr, state, tally, slot, spread)  # zero the block state and tally;
@@ -40,7 +39,7 @@ import numpy as np
 from numba import cuda, int64, types
 
 from . import layout as L
-from .allocator import enter_block, enter_views, leave_block, resolve_slot
+from .allocator import enter_block, enter_views, leave_block
 from .arena import Arena, require_stream
 from .backend import SIMULATOR, arena_maker, array_at, device_function, jit_kernel
 from .errors import DevallocError, DevallocTypeError, DevallocValueError
@@ -56,11 +55,8 @@ _WRAPPER = """\
 def {name}({handle}{params}):
     {state} = {cuda}.shared.array({BLOCK_WORDS}, {int64})
     {tally} = {cuda}.local.array({TALLY_WORDS}, {int64})
-    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel}, {spread} = {unpack_handle}(
-        {handle}
-    )
+    {header}, {slot}, {log2_slab}, {seq}, {kernel}, {spread} = {unpack_handle}({handle})
     {hdr} = {array_at}({header}, {HEADER_WORDS})
-    {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
     {limit} = {hdr}[{LIMIT}]
     {warp} = {enter_block}({hdr}, {state}, {tally}, {slot}, {spread_if_sharded})
     {arena} = {make_arena}({header}, {limit}, {slot}, {log2_slab}, {warp}, {state}, {tally})
@@ -73,11 +69,8 @@ _VIEWS_WRAPPER = """\
 def {name}({handle}{params}):
     {state} = {cuda}.shared.array(1, {int64})
     {tally} = {cuda}.local.array(1, {int64})
-    {header}, {slot}, {log2_slab}, {seq}, {replayed}, {kernel}, {spread} = {unpack_handle}(
-        {handle}
-    )
+    {header}, {slot}, {log2_slab}, {seq}, {kernel}, {spread} = {unpack_handle}({handle})
     {hdr} = {array_at}({header}, {HEADER_WORDS})
-    {slot} = {resolve_slot}({hdr}, {slot}, {replayed})
     {enter_views}({hdr}, {slot})
     {arena} = {make_arena}({header}, {hdr}[{LIMIT}], {slot}, {log2_slab}, 0, {state}, {tally})
     {user}({arena}{params})
@@ -116,7 +109,7 @@ def may_allocate(py_func):
 
 
 _LOCALS = (
-    "handle", "limit", "state", "tally", "header", "slot", "log2_slab", "seq", "replayed", "kernel",
+    "handle", "limit", "state", "tally", "header", "slot", "log2_slab", "seq", "kernel",
     "spread", "hdr", "warp", "arena",
 )  # fmt: skip
 _CONSTANTS = ("BLOCK_WORDS", "HEADER_WORDS", "LIMIT", "TALLY_WORDS")
@@ -241,7 +234,6 @@ class Kernel:
             "enter_block": enter_block,
             "enter_views": enter_views,
             "leave_block": leave_block,
-            "resolve_slot": resolve_slot,
             "make_arena": arena_maker(strategy, align),
             "user": self._user,
         }

@@ -68,7 +68,7 @@ PENDING_FAILED = 14  # how many
 PENDING_ASKED = 15  # the largest request among them, bytes (NOTHING_ASKED if none)
 PENDING_SEQ = 16  # 1 + sequence number (mod 2**SEQ_BITS) of the first launch among them
 PEAK_REQUESTED = 17  # largest `REQUESTED` of any folded slot
-LIVE_SLOT = 18  # the slot of the latest launch; a replayed graph's launches read theirs here
+# (word 18: unused)
 LIMIT = 19  # where in-kernel allocations stop: CAPACITY, less the frame arrays' region at
 #             the top of the data region (`Arena.empty`); the host sets it in stream order
 PENDING_KERNELS = 20  # bit `id` set: kernel `id` (its launch handle's) is among them
@@ -198,8 +198,7 @@ REM_MASK = (1 << REM_BITS) - 1
 # -- the launch handle: one int64 kernel argument ---------------------------------
 #   bit  0       slot this launch allocates from
 #   bits 1..5    log2(slab bytes)
-#   bit  6       replayed: the launch is a node of a captured graph; its slot is the
-#                header's LIVE_SLOT, chosen by the replay's first node
+#   bit  6       unused
 #   bits 7..11   kernel id: where its allocations are counted (KERNEL_ALLOCS + id)
 #   bits 12..47  header address (4 KiB aligned, as the data region after it is: below 2**48)
 #   bits 48..61  launch sequence number mod 2**14
@@ -208,7 +207,6 @@ REM_MASK = (1 << REM_BITS) - 1
 SLOT_MASK = 0x1
 SLAB_SHIFT = 1
 SLAB_MASK = 0x1F
-REPLAYED = 1 << 6
 KERNEL_SHIFT = 7
 KERNEL_MASK = KERNEL_IDS - 1
 ADDRESS_MASK = ((1 << 48) - 1) & ~0xFFF
@@ -219,8 +217,9 @@ SPREAD = 1 << 62
 
 
 def pack_handle(header_address, slot, log2_slab, seq, kernel=0, warps=0):
-    """The launch handle, made here only. `slot` is 0 or 1, or REPLAYED for a
-    launch recorded into a graph; `warps`, the launch's."""
+    """The launch handle, made here only. `slot` is 0 or 1 (a launch recorded
+    into a graph is packed with 0; its graph's second instance has 1, see
+    `capture`); `warps`, the launch's."""
     return (
         header_address
         | slot
@@ -233,14 +232,12 @@ def pack_handle(header_address, slot, log2_slab, seq, kernel=0, warps=0):
 
 def unpack_handle(handle):
     """The launch handle's fields, read here only (by the wrapper kernel):
-    ``(header address, slot, log2 slab, sequence number, replayed, kernel id,
-    spread)``."""
+    ``(header address, slot, log2 slab, sequence number, kernel id, spread)``."""
     return (
         handle & ADDRESS_MASK,
         handle & SLOT_MASK,
         (handle >> SLAB_SHIFT) & SLAB_MASK,
         (handle >> SEQ_SHIFT) & SEQ_MASK,
-        handle & REPLAYED,
         (handle >> KERNEL_SHIFT) & KERNEL_MASK,
         handle & SPREAD,
     )

@@ -104,9 +104,9 @@ def test_replays_and_eager_launches_interleave():
 
 def test_a_replay_starts_empty_whichever_slot_the_launches_before_it_used():
     """After one eager launch, after two (the other slot), and after another
-    replay, a replay starts empty, and so does the launch after it; a graph
-    with no devalloc launch resets too; every launch is counted in the totals
-    once."""
+    replay, a replay starts empty, and so does the launch after it; after a
+    graph with no devalloc launch (which uses no slot) too; every launch is
+    counted in the totals once."""
     value, offsets, out, eager = cuda.to_device(np.array([7])), poison(), poison(), poison()
     with devalloc.Arena(1 << 16) as arena:
         graph = two_kernels(arena, value, offsets, out)
@@ -118,7 +118,7 @@ def test_a_replay_starts_empty_whichever_slot_the_launches_before_it_used():
             assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
             np.testing.assert_array_equal(out.copy_to_host(), 7 + np.arange(32))
             assert arena.stats().current_bytes == 0  # the next launch starts empty
-        with arena.capture() as empty:  # no launch: its replay is its first node alone
+        with arena.capture() as empty:  # no launch: its replay leaves the host's slot as it was
             pass
         for eager_launches in (1, 2):
             for _ in range(eager_launches):
@@ -317,8 +317,7 @@ def test_a_real_graph_replays_back_to_back_with_plain_work_on_its_stream():
             get[1, 32](arena, offsets, out)
         cuda.synchronize()
         assert value.copy_to_host()[0] == 1  # recorded, not run
-        # The reset is the graph's one root, ahead of the plain kernel.
-        assert root_nodes(graph) == 1
+        assert graph_nodes(graph) == 3  # its own: no node of devalloc's
         stream = cuda.stream()
         for _ in range(50):
             graph.replay(stream)
@@ -332,38 +331,47 @@ def test_a_real_graph_replays_back_to_back_with_plain_work_on_its_stream():
     assert stats.peak_bytes == 1024
 
 
-def root_nodes(graph):
-    """How many nodes of a captured graph depend on none."""
+def graph_nodes(graph):
+    """How many nodes a captured graph has."""
     from cuda.bindings import driver as cu
 
-    error, _, count = cu.cuGraphGetRootNodes(graph._recording._capture._graph, 0)
+    error, _, count = cu.cuGraphGetNodes(graph._recording._capture._graph, 0)
     assert error == cu.CUresult.CUDA_SUCCESS
     return count
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
-def test_a_graph_whose_first_kernel_allocates_waits_for_its_reset():
-    """With a devalloc kernel first the reset is the graph's only root, and a
-    hundred replays queued back to back each start empty."""
+def test_a_hundred_replays_back_to_back_each_start_empty():
+    """A graph of two devalloc kernels has those two nodes alone, and a hundred
+    replays queued back to back, alternating the graph's two instances, each
+    start empty; so do the eager launches after them."""
     value, offsets, out = cuda.to_device(np.array([4])), poison(), poison()
+    eager = poison()
     with devalloc.Arena(1 << 16) as arena:
         graph = two_kernels(arena, value, offsets, out)
-        assert root_nodes(graph) == 1
+        assert graph_nodes(graph) == 2
         for _ in range(100):
             graph.replay()
+        for _ in range(3):
+            eager.copy_to_device(POISON)
+            put[1, 32](arena, value, eager)
+            assert sorted(eager.copy_to_host()) == list(range(0, 1024, 32))
         arena.check()
         stats = arena.stats()
     np.testing.assert_array_equal(out.copy_to_host(), 4 + np.arange(32))
     assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
-    assert stats.peak_bytes == 1024 and stats.total_allocs == 32 * 100
+    assert stats.peak_bytes == 1024 and stats.total_allocs == 32 * 103
+    assert stats.launches == 2 * 100 + 3 and stats.failed_allocs == 0
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
-def test_a_graph_of_plain_work_only_still_resets():
-    """No devalloc launch in the capture: each replay still runs the reset,
-    ahead of the plain work, and resets the arena."""
+def test_a_graph_of_plain_work_only_replays_and_leaves_the_arena_empty():
+    """No devalloc launch in the capture: its replays run the plain work alone
+    and leave the host's slot as it was, so the launches after them start
+    empty (had a replay flipped the slot, the second would find the first's
+    memory taken)."""
     value = cuda.to_device(np.array([10]))
     offsets = poison()
     with devalloc.Arena(1 << 16) as arena:
@@ -372,14 +380,16 @@ def test_a_graph_of_plain_work_only_still_resets():
         cuda.synchronize()
         with arena.capture() as graph:
             count_up[1, 1, graph.stream](value)
-        assert graph.launches == 0 and root_nodes(graph) == 1
+        assert graph.launches == 0 and graph_nodes(graph) == 1
         for _ in range(5):
             graph.replay()
-        put[1, 32](arena, value, offsets)  # after the replays: an empty arena
+        for _ in range(2):  # after the replays: an empty arena, each time
+            offsets.copy_to_device(POISON)
+            put[1, 32](arena, value, offsets)
+            assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
         arena.check()
         assert arena.stats().peak_bytes == 1024
     assert value.copy_to_host()[0] == 16
-    assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
 
 
 def test_another_threads_launch_waits_for_the_capture_and_runs_eagerly():
@@ -443,33 +453,60 @@ def test_another_threads_default_stream_work_neither_waits_for_nor_breaks_a_capt
     assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
 
 
+def test_a_driver_older_than_cuda_12_4_is_named_before_any_graph_is_touched(monkeypatch):
+    """Setting the second instance's handles needs cuFuncGetParamInfo (CUDA 12.4):
+    an older driver gets an error that says so, before any call on the graph
+    (no GPU needed: the driver's version is the only thing asked)."""
+    pytest.importorskip("cuda.bindings")
+    from devalloc import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "driver_version", lambda: (12, 3))
+    with pytest.raises(devalloc.DevallocError, match=r"CUDA 12\.4 driver or later.*CUDA 12\.3"):
+        cuda_graphs._set_first_parameter(None, None, 0, 1)
+    monkeypatch.setattr(cuda_graphs, "driver_version", lambda: (12, 4))
+    with pytest.raises(Exception) as passed:  # past the check: the first driver call refuses None
+        cuda_graphs._set_first_parameter(None, None, 0, 1)
+    assert "12.4 driver" not in str(passed.value)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
-def test_a_capture_that_fails_to_start_leaves_no_capture_open():
-    """If the graph's first node cannot be recorded, the CUDA capture is ended
-    before the error reaches the user: allocations, which CUDA refuses while
-    this thread captures, work right after."""
+def test_a_graph_whose_second_instance_fails_is_not_replayable(monkeypatch):
+    """If the graph's instance for slot 1 cannot be made, the error reaches the
+    user at the end of the capture, the graph refuses to replay (one
+    instance would leave every other replay in the wrong slot), no capture is
+    left open, and the arena and later captures work on."""
     from cuda.bindings import driver as cu
 
-    from devalloc.cuda_graphs import Recording, stream_handle
+    from devalloc import cuda_graphs
+    from devalloc.cuda_graphs import stream_handle
 
-    class Refused(Exception):
-        pass
+    def refused(instance, node, captured, value):
+        raise devalloc.CudaError("CUDA_ERROR_NOT_SUPPORTED", "cuGraphExecKernelNodeSetParams")
 
-    class FailingFirstNode:
-        def __getitem__(self, config):
-            def launch(*args):
-                raise Refused
-
-            return launch
-
-    stream = cuda.stream()
-    with pytest.raises(Refused):
-        Recording(stream, FailingFirstNode(), 0)
-    error, status = cu.cuStreamIsCapturing(stream_handle(stream))
-    assert error == cu.CUresult.CUDA_SUCCESS
-    assert status == cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
-    assert (cuda.to_device(POISON).copy_to_host() == POISON).all()
+    value, offsets, out = cuda.to_device(np.array([6])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, value, offsets)
+        get[1, 32](arena, offsets, out)
+        monkeypatch.setattr(cuda_graphs, "_set_first_parameter", refused)
+        with pytest.raises(devalloc.CudaError, match="NOT_SUPPORTED"):
+            with arena.capture() as failed:
+                put[1, 32](arena, value, offsets)
+                get[1, 32](arena, offsets, out)
+        monkeypatch.undo()
+        with pytest.raises(devalloc.DevallocError, match="did not finish"):
+            failed.replay()
+        error, status = cu.cuStreamIsCapturing(stream_handle(failed.stream))
+        assert error == cu.CUresult.CUDA_SUCCESS
+        assert status == cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+        assert (cuda.to_device(POISON).copy_to_host() == POISON).all()
+        graph = two_kernels(arena, value, offsets, out)
+        for _ in range(3):
+            offsets.copy_to_device(POISON)
+            graph.replay()
+            assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
+        arena.check()
+    np.testing.assert_array_equal(out.copy_to_host(), 6 + np.arange(32))
 
 
 @pytest.mark.gpu
@@ -511,9 +548,9 @@ def test_a_graph_dropped_during_another_capture_is_closed_after_it():
         with arena.capture() as graph:
             put[1, 32](arena, value, offsets)
             del old  # its finalizer runs here, inside this capture
-            assert closed._exec is not None  # not closed yet
+            assert closed._execs is not None  # not closed yet
             get[1, 32](arena, offsets, out)
-        assert closed._exec is None  # closed when the capture ended
+        assert closed._execs is None  # closed when the capture ended
         graph.replay()
         arena.check()
     np.testing.assert_array_equal(out.copy_to_host(), 3 + np.arange(32))

@@ -137,7 +137,7 @@ def test_the_spread_bit_is_packed_apart_from_the_launchs_other_fields(monkeypatc
         for slot in (0, 1):
             handle = L.pack_handle(address, slot, L.SLAB_MASK, L.SEQ_MASK, L.KERNEL_MASK, warps)
             assert handle > 0  # the sign bit stays clear
-            header, got_slot, log2_slab, seq, replayed, kernel, spread = L.unpack_handle(handle)
+            header, got_slot, log2_slab, seq, kernel, spread = L.unpack_handle(handle)
             assert (header, got_slot, log2_slab, seq, kernel) == (
                 address,
                 slot,
@@ -146,9 +146,11 @@ def test_the_spread_bit_is_packed_apart_from_the_launchs_other_fields(monkeypatc
                 L.KERNEL_MASK,
             )
             assert (spread != 0) == (warps >= L.SHARDED_WARPS)
-            assert replayed == 0
+            # (a graph's second instance: its handles with the slot bit set)
+            in_slot_1 = L.unpack_handle(handle | L.SLOT_MASK)
+            assert in_slot_1 == (address, 1, *L.unpack_handle(handle)[2:])
         handle = L.pack_handle(address, 0, 0, L.SEQ_MASK + 1, 0, 1023)  # the arena wraps seq
-        assert L.unpack_handle(handle)[3] == 0 and L.unpack_handle(handle)[6] == 0
+        assert L.unpack_handle(handle)[3] == 0 and L.unpack_handle(handle)[5] == 0
 
 
 def test_a_spent_shard_serves_the_end_of_the_arena_exactly(monkeypatch):

@@ -120,9 +120,9 @@ def test_run_grows_only_for_its_own_arenas_overflow():
 
 @pytest.mark.skipif(not SIMULATOR, reason="a kernel raises on the simulator only")
 def test_a_replay_that_raises_leaves_the_next_launch_an_empty_arena():
-    # The eager path already did; after a replay that raised, the host kept
-    # its slot while the replay's first node had moved the device's, and the
-    # next launch found the replay's memory still taken.
+    # The eager path already did; after a replay that raised, the host once
+    # kept its slot while the replay had moved on to the other, and the next
+    # launch found the replay's memory still taken.
     @devalloc.kernel
     def fragile(arena, boom, out):
         t = cuda.grid(1)

@@ -1,5 +1,6 @@
 """Simulator side: a devalloc Graph's recording (`cuda_graphs.Recording`'s twin):
-the launches, as calls made in order at each replay."""
+the launches, as calls made in order at each replay, each devalloc launch's
+handle carrying the replay's slot (as the CUDA graph's two instances do)."""
 
 import threading
 import weakref
@@ -21,12 +22,11 @@ refuse_device_allocations(_this_thread_records)  # (as CUDA refuses cuMemAlloc w
 
 
 class Recording:
-    """The launches recorded for a Graph, after its first node
-    ``first_node[1, 1](header_address)``."""
+    """The launches recorded for a Graph; ``launch(stream, slot)`` makes them."""
 
-    def __init__(self, stream, first_node, header_address):
+    def __init__(self, stream):
         self.stream = stream or cuda.stream()
-        self._calls = [lambda: first_node[1, 1](header_address)]
+        self._calls = []  # call(slot), in order
         self._finished = False  # (as on CUDA: not replayable while it records)
         if not hasattr(_here, "recording"):
             _here.recording = weakref.WeakSet()
@@ -34,10 +34,10 @@ class Recording:
         self._recording_here = _here.recording  # (its thread's set: close() may come from another)
 
     def record(self, launch_on, handle, args):
-        self._calls.append(lambda: launch_on(None)(handle, *args))
+        self._calls.append(lambda slot: launch_on(None)(handle | slot, *args))  # (packed with 0)
 
     def fill_zeros(self, memory, array):
-        self._calls.append(lambda: memory.fill_zeros(array, None))
+        self._calls.append(lambda slot: memory.fill_zeros(array, None))
 
     def finish(self):
         self._finished = True
@@ -52,9 +52,9 @@ class Recording:
         """Whether it was finished and not closed since."""
         return self._finished and self._calls is not None
 
-    def launch(self, stream):  # (Arena._replay checks `replayable` first)
+    def launch(self, stream, slot):  # (Arena._replay checks `replayable` first)
         for call in self._calls:
-            call()
+            call(slot)
 
     def close(self):
         self._calls = None
