@@ -126,22 +126,20 @@ class StreamCapture:
         parameter (8 bytes) changed from the captured value to another,
         ``[(node, captured, value), ...]``."""
         self._graph = self._end()
-        first = driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
-        if not second:
-            self._execs = (first, first)
-            return
+        made = []  # the instances made so far, destroyed if a later step fails
         try:
-            other = driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
-            try:
+            for _ in range(1 + bool(second)):
+                instance = cu.cuGraphInstantiate(self._graph, 0)
+                made.append(driver_call(instance, "cuGraphInstantiate"))
+            if second:
+                sizes = {}  # each kernel's parameter sizes, asked once however often it runs
                 for node, captured, value in second:
-                    _set_first_parameter(other, node, captured, value)
-            except BaseException:
-                cu.cuGraphExecDestroy(other)
-                raise
+                    _set_first_parameter(made[1], node, captured, value, sizes)
         except BaseException:
-            cu.cuGraphExecDestroy(first)
+            for instance in made:
+                cu.cuGraphExecDestroy(instance)
             raise
-        self._execs = (first, other)
+        self._execs = (made[0], made[-1])
 
     def abandon(self):
         """End the capture and keep nothing (the capture may have been invalidated)."""
@@ -191,10 +189,24 @@ def driver_version():
     return version // 1000, version % 1000 // 10
 
 
-def _set_first_parameter(instance, node, captured, value):
+def parameter_sizes(func):
+    """The sizes of a kernel's (CUfunction's) parameters, in bytes."""
+    sizes = []
+    while True:  # (cuFuncGetParamInfo refuses the index past the last)
+        result = cu.cuFuncGetParamInfo(func, len(sizes))
+        if result[0] != CUDA_SUCCESS:
+            if not sizes:
+                driver_call(result, "cuFuncGetParamInfo")  # raises
+            return sizes
+        sizes.append(result[2])
+
+
+def _set_first_parameter(instance, node, captured, value, known_sizes=None):
     """Set the first parameter (8 bytes, `captured` in the graph) of kernel node
     `node` to `value` in the instantiated graph `instance`; its other
-    parameters stay as captured. The driver copies the values it is given."""
+    parameters stay as captured. The driver copies the values it is given.
+    `known_sizes` keeps `parameter_sizes` by kernel for later calls (a
+    graph's nodes often share a kernel)."""
     version = driver_version()
     if version < (12, 4):  # (older drivers have no cuFuncGetParamInfo)
         raise DevallocError(
@@ -202,14 +214,11 @@ def _set_first_parameter(instance, node, captured, value):
             f"this one is CUDA {version[0]}.{version[1]}"
         )
     params = driver_call(cu.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
-    sizes = []
-    while True:  # (cuFuncGetParamInfo refuses the index past the last)
-        result = cu.cuFuncGetParamInfo(params.func, len(sizes))
-        if result[0] != CUDA_SUCCESS:
-            if not sizes:
-                driver_call(result, "cuFuncGetParamInfo")  # raises
-            break
-        sizes.append(result[2])
+    known_sizes = {} if known_sizes is None else known_sizes
+    func = int(params.func)
+    if func not in known_sizes:
+        known_sizes[func] = parameter_sizes(params.func)
+    sizes = known_sizes[func]
     if sizes[0] != 8:
         raise DevallocError(f"the kernel's first parameter is {sizes[0]} bytes, not 8")
     pointers = (ctypes.c_void_p * len(sizes)).from_address(params.kernelParams)

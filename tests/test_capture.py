@@ -481,7 +481,7 @@ def test_a_graph_whose_second_instance_fails_is_not_replayable(monkeypatch):
     from devalloc import cuda_graphs
     from devalloc.cuda_graphs import stream_handle
 
-    def refused(instance, node, captured, value):
+    def refused(instance, node, captured, value, known_sizes=None):
         raise devalloc.CudaError("CUDA_ERROR_NOT_SUPPORTED", "cuGraphExecKernelNodeSetParams")
 
     value, offsets, out = cuda.to_device(np.array([6])), poison(), poison()
@@ -507,6 +507,37 @@ def test_a_graph_whose_second_instance_fails_is_not_replayable(monkeypatch):
             assert sorted(offsets.copy_to_host()) == list(range(0, 1024, 32))
         arena.check()
     np.testing.assert_array_equal(out.copy_to_host(), 6 + np.arange(32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
+def test_a_capture_asks_each_kernels_parameters_once(monkeypatch):
+    """Setting slot 1 in the second instance needs each kernel's parameter sizes
+    (cuFuncGetParamInfo, one driver call per parameter and one refused past
+    the last): asked once per kernel of the graph, however often it runs."""
+    from devalloc import cuda_graphs
+
+    asked = []
+    original = cuda_graphs.parameter_sizes
+
+    def counted(func):
+        asked.append(int(func))
+        return original(func)
+
+    monkeypatch.setattr(cuda_graphs, "parameter_sizes", counted)
+    value, offsets, out = cuda.to_device(np.array([40])), poison(), poison()
+    with devalloc.Arena(1 << 16) as arena:
+        put[1, 32](arena, value, offsets)
+        get[1, 32](arena, offsets, out)
+        with arena.capture() as graph:
+            for _ in range(3):
+                put[1, 32](arena, value, offsets)
+                get[1, 32](arena, offsets, out)
+        for _ in range(2):  # both instances: the slot of each launch's handle
+            graph.replay()
+            np.testing.assert_array_equal(out.copy_to_host(), 40 + np.arange(32))
+        arena.check()
+    assert len(asked) == 2 and len(set(asked)) == 2
 
 
 @pytest.mark.gpu
