@@ -14,7 +14,8 @@ stages=${*:-tests bench pipeline host-pools pytest-bench memcheck}
 # the GPU. memcheck/racecheck/synccheck: compute-sanitizer over the GPU suite (memcheck)
 # and over the small-launch tests (racecheck and synccheck track every shared access;
 # racecheck never finishes the random retry test, whose lanes wait on each other).
-# probe: benchmarks/probe_graph.py at 1080p and 4K; stalls: Nsight Compute on the
+# probe: benchmarks/probe_graph.py at 1080p and 4K; icache: benchmarks/probe_icache.py
+# (whether code a kernel never runs costs time); stalls: Nsight Compute on the
 # single-shot kernels; frame-stalls: the same for the captured frame's kernels (none
 # of these in the default stages). (No Nsight Systems: the device image's only nsys,
 # inside Nsight Compute, cannot import the reports it writes, seen 2026-12-06.)
@@ -80,6 +81,9 @@ for stage in $stages; do
             > "$OUT/all/probe-$size.log" 2>&1
           head -40 "$OUT/all/probe-$size.log"
         done ;;
+    icache) # whether code a kernel never runs costs its blocks time (benchmarks/probe_icache.py)
+        timeout 120 python3 benchmarks/probe_icache.py --out "$OUT/all/probe-icache.json" 2>&1 \
+          | tee "$OUT/all/probe-icache.log" | tail -4 ;;
     stalls) # where single-shot's time goes (issue 8): Nsight Compute's warp stall reasons and
         # per-instruction samples of its three kernels (benchmarks/probe_stalls.py), `bump`
         ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute*/ncu 2>/dev/null | head -1)
