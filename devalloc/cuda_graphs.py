@@ -126,12 +126,15 @@ class StreamCapture:
         parameter (8 bytes) changed from the captured value to another,
         ``[(node, captured, value), ...]``."""
         self._graph = self._end()
+
+        def instantiate():
+            return driver_call(cu.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
+
         made = []  # the instances made so far, destroyed if a later step fails
         try:
-            for _ in range(1 + bool(second)):
-                instance = cu.cuGraphInstantiate(self._graph, 0)
-                made.append(driver_call(instance, "cuGraphInstantiate"))
+            made.append(instantiate())
             if second:
+                made.append(instantiate())
                 sizes = {}  # each kernel's parameter sizes, asked once however often it runs
                 for node, captured, value in second:
                     _set_first_parameter(made[1], node, captured, value, sizes)
