@@ -123,6 +123,44 @@ def test_usable_fraction_when_allocating_until_full(size):
     assert counts.sum() * size / capacity >= 0.98
 
 
+@devalloc.kernel
+def mixed_until_full(arena, sizes, used):
+    """Each thread asks for sizes[i] bytes in turn (a warp's lanes alike), passes
+    over a refusal, and stops at the first 16 B request refused."""
+    t = cuda.grid(1)
+    got = 0
+    for i in range(sizes.size):
+        buf = arena.alloc(sizes[i], np.uint8)
+        if buf.size == 0:
+            if sizes[i] == 16:
+                break
+            continue
+        buf[0] = 1
+        got += buf.size
+    used[t] = got
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("threads", [32, 128])
+def test_requests_changing_size_use_nearly_all_of_the_arena(threads, seed):
+    """Warps whose requests change size (16-112 B, lanes alike) leave rests in
+    their slabs too small for the next request. A rest joins the warp's fresh
+    slab if that starts where it ends, or else becomes the block's slab if
+    that is empty, where lanes asking alone at the end of the arena carve it;
+    a block slab's rest joins the next one when that starts where it ends.
+    (Dropped, they left 4.7-11.5% of the arena unused in every one of these
+    runs on the simulator.)"""
+    sizes = np.random.default_rng(seed).choice([16, 32, 48, 80, 112], 400)
+    sizes[-60:] = 16
+    capacity = 1 << 15
+    used = poisoned(threads, np.int64)
+    with devalloc.Arena(capacity) as arena:
+        mixed_until_full[1, threads](arena, sizes, used)
+        with pytest.raises(devalloc.ArenaOverflowError):
+            arena.check()
+    assert 0.98 <= used.sum() / capacity <= 1
+
+
 @pytest.mark.skipif(not SIMULATOR, reason="slows the refill down in the simulator")
 def test_one_warp_refills_a_dry_block_slab_while_the_others_wait(monkeypatch):
     """Four warps find their block's slab dry at once. Racing refills would each
