@@ -34,12 +34,11 @@ at once refill it once.
     taken so far, at least the request and at most the launch's slab size (a
     block's first slab has room for each of its warps asking alike), so the
     unused rest of a last slab is never more than what was used. A slab
-    replaced before it is used up is not dropped if it can be kept: a warp
-    slab's rest becomes the block's slab if that is empty (`hand_down`), a
-    block slab's rest joins the fresh one if that starts where it ends
-    (`joined`). At exit a block hands the unused tail of its slab back if
-    nothing was taken after it, so a frame of many small launches fits in
-    what it asks.
+    replaced before it is used up is not dropped if it can be kept: its rest
+    joins the fresh slab if that starts where it ends (`joined`), or else, a
+    warp slab's, becomes the block's slab if that is empty (`hand_down`). At
+    exit a block hands the unused tail of its slab back if nothing was taken
+    after it, so a frame of many small launches fits in what it asks.
 ``bump``
     The warp's slab is only the tail of the `align` unit its last chunk ended
     in; a chunk that does not fit there takes whole `align` units straight from
@@ -711,7 +710,7 @@ def joined(old, fresh):
     """A fresh slab word, with the rest of the `old` one in front of it if that
     ends where the fresh one starts (nothing was taken from where the fresh
     one came in between): the rest is not dropped. (Block slabs are at most
-    2**21 granules, warp slabs 2**16, so the two fit in REM_BITS.)"""
+    2**21 granules, warp slabs under 2**17, so the two fit in REM_BITS.)"""
     rest = old & L.REM_MASK
     if (rest != 0) & ((old >> L.REM_BITS) + rest == fresh >> L.REM_BITS):
         return old + (fresh & L.REM_MASK)
@@ -737,8 +736,9 @@ def hand_down(state, tail):
 @device_function
 def with_rest(state, old, fresh, direct):
     """A warp's fresh slab, with the rest of its `old` one in front if that ends
-    where the fresh one starts (no other warp carved the block's slab in
-    between); otherwise that rest is handed down to the block (`hand_down`)."""
+    where the fresh one starts (nothing was taken in between from the block's
+    slab, or from the arena for a slab straight from it); otherwise that rest
+    is handed down to the block (`hand_down`; not in ``bump``, `direct`)."""
     slab = joined(old, fresh)
     if (slab == fresh) & (not direct):
         hand_down(state, old)
