@@ -47,6 +47,12 @@ def test_frame_pipeline_gives_equal_results_in_every_mode(tmp_path, strategy):
     assert modes == [mode for mode in expected if not (SIMULATOR and mode == "malloc-pool")]
     assert rows["static-graph"]["mallocs_per_frame"] == 0
     assert rows["devalloc-graph"]["mallocs_per_frame"] == 0
+    # The graph modes ran in turns, frame by frame; the eager ones each alone.
+    assert rows["devalloc-graph"]["in_turns_with"] == ["static-graph"]
+    assert rows["static-graph"]["in_turns_with"] == ["devalloc-graph"]
+    assert rows["devalloc"]["in_turns_with"] == [] == rows["static"]["in_turns_with"]
+    assert rows["devalloc-graph"]["frames"] == 1 == rows["static-graph"]["frames"]
+    assert "* modes run in turns, frame by frame" in result.stdout
     images = [iio.imread(p) for p in overlays]
     assert images[0].shape == (18, 36, 3) and images[0].dtype == np.uint8
     assert all(np.array_equal(images[0], image) for image in images[1:])
