@@ -800,12 +800,12 @@ def compare(all_results):
 def print_table(rows):
     header = ("mode", "size", "ms/frame", "host ms", "GPU ms", "frames/s", "cudaMalloc/frame",
               "peak MiB")  # fmt: skip
-    widths = (14, 10, 9, 8, 8, 9, 17, 9)
+    widths = (15, 10, 9, 8, 8, 9, 17, 9)
     print("\n" + " ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
     for r in rows:
         mark = "*" if r.get("in_turns_with") else ""
         print(
-            f"{r['mode'] + mark:>14} {r['size']:>10} {r['median_ms']:9.3f} {r['host_ms']:8.3f} "
+            f"{r['mode'] + mark:>15} {r['size']:>10} {r['median_ms']:9.3f} {r['host_ms']:8.3f} "
             f"{r['gpu_ms']:8.3f} {r['fps']:9.1f} {r['mallocs_per_frame']:17.0f} "
             f"{r['peak_mib']:9.2f}"
         )
