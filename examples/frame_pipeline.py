@@ -468,22 +468,11 @@ def used_device_bytes():
     return total - free
 
 
-def run_mode(mode, height, width, frames, warmup, source, arena_bytes, keep, overlays, strategy):
-    """Run one mode over the frames; returns its row of figures and the kept
-    frames' results. Overlays of the kept frames go to the folder `overlays`."""
-    if mode == "malloc-pool" and os.environ.get("NUMBA_CUDA_MEMORY_MANAGER") != POOL_MANAGER:
-        return run_under_pool(height, width, frames, warmup, source, keep, overlays)
-    (outcome,) = run_in_turns(
-        (mode,), height, width, frames, warmup, source, arena_bytes, keep, overlays, strategy
-    )
-    return outcome
-
-
 class ModeRun:
     """One mode's pipeline over the frames, a frame at a time, and its figures."""
 
-    def __init__(self, mode, height, width, source, arena_bytes, strategy):
-        self.mode, self.strategy = mode, strategy
+    def __init__(self, mode, height, width, source, arena_bytes, strategy, overlays):
+        self.mode, self.strategy, self.overlays = mode, strategy, overlays
         self.size = f"{width}x{height}"
         self.camera = Camera(height, width, source)
         out = Outputs(height, width)
@@ -502,7 +491,7 @@ class ModeRun:
         self.pipeline.clock = FrameClock()
         self.times, self.host, self.gpu, self.mallocs, self.results = [], [], [], [], []
 
-    def frame(self, index, timed, kept, overlays):
+    def frame(self, index, timed, kept):
         """Frame `index` (its input first, then the GPU idle); False when the input ran out."""
         if not self.camera.frame(index):
             return False
@@ -525,9 +514,9 @@ class ModeRun:
             self.results.append(
                 (index, edges.copy_to_host(), out.hist.copy_to_host(), out.overlay.copy_to_host())
             )
-            if overlays is not None:
+            if self.overlays is not None:
                 name = f"overlay-{self.mode}-{self.size}-{index:04d}.png"
-                write_overlay(overlays / name, self.results[-1][3])
+                write_overlay(self.overlays / name, self.results[-1][3])
         return True
 
     def finish(self, in_turns):
@@ -576,18 +565,21 @@ def in_turns(modes):
     return groups
 
 
-def run_in_turns(modes, height, width, frames, warmup, source, arena_bytes, keep, overlays,
-                 strategy):  # fmt: skip
-    """Run `modes` over the same frames in turns, frame by frame (each frame
-    on an idle GPU, as one mode alone runs it), so that what drifts on the
-    machine during the run falls on each alike; returns each mode's row and
-    kept results. (The two graph modes, one after the other, differed by
-    more from run to run than what was being compared: on an H100,
-    2026-12-07, 1.047-1.067x in three calls; in turns 1.044x.)"""
-    runs = [ModeRun(mode, height, width, source, arena_bytes, strategy) for mode in modes]
+def run_modes(modes, height, width, frames, warmup, source, arena_bytes, keep, overlays,
+              strategy):  # fmt: skip
+    """Run `modes` (a group of `in_turns`) over the same frames, in turns frame
+    by frame (each frame on an idle GPU, as one mode alone runs it), so that
+    what drifts on the machine during the run falls on each alike; returns
+    each mode's row of figures and kept frames' results. Overlays of the kept
+    frames go to the folder `overlays`. (The two graph modes, one after the
+    other, differed by more from run to run than what was being compared: on
+    an H100, 2026-12-07, 1.047-1.067x in three calls; in turns 1.044x.)"""
+    if modes == ("malloc-pool",) and os.environ.get("NUMBA_CUDA_MEMORY_MANAGER") != POOL_MANAGER:
+        return [run_under_pool(height, width, frames, warmup, source, keep, overlays)]
+    runs = [ModeRun(m, height, width, source, arena_bytes, strategy, overlays) for m in modes]
     label = f"{'/'.join(modes)} {width}x{height}"
     for index in tqdm(range(warmup + frames), desc=label, leave=False, disable=None):
-        going = [run.frame(index, index >= warmup, index in keep, overlays) for run in runs]
+        going = [run.frame(index, index >= warmup, index in keep) for run in runs]
         if not all(going):
             break
     return [run.finish(modes) for run in runs]
@@ -756,7 +748,7 @@ def run_devices(height, width, frames, warmup, keep, devices, strategy):
 
 
 def run_under_pool(height, width, frames, warmup, source, keep, overlays):
-    """`run_mode` of malloc-pool, in a process whose Numba memory manager is
+    """`run_modes` of malloc-pool, in a process whose Numba memory manager is
     devalloc's pool (the manager is chosen before CUDA starts)."""
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "malloc-pool.pickle"
@@ -925,8 +917,8 @@ def main(argv=None):
         keep = {int(index) for index in args.keep.split(",")}
     if args.result_file is not None:  # one mode, one size, for run_under_pool
         (width, height), mode = sizes[0], modes[0]
-        outcome = run_mode(mode, height, width, frames, warmup, args.input, arena_bytes, keep,
-                           args.out, args.strategy)  # fmt: skip
+        (outcome,) = run_modes((mode,), height, width, frames, warmup, args.input, arena_bytes,
+                               keep, args.out, args.strategy)  # fmt: skip
         args.result_file.write_bytes(pickle.dumps(outcome))
         return
 
@@ -937,15 +929,10 @@ def main(argv=None):
             # Overlays for every mode, or in a benchmark only the first size's first modes.
             first = (number, group[0]) == (0, modes[0])
             write = args.out is not None and (not args.benchmark or first)
-            if len(group) == 1:
-                outcomes = [run_mode(group[0], height, width, frames, warmup, args.input,
-                                     arena_bytes, keep, args.out if write else None,
-                                     args.strategy)]  # fmt: skip
-            else:
-                outcomes = run_in_turns(
-                    group, height, width, frames, warmup, args.input, arena_bytes, keep,
-                    args.out if write else None, args.strategy,
-                )  # fmt: skip
+            outcomes = run_modes(
+                group, height, width, frames, warmup, args.input, arena_bytes, keep,
+                args.out if write else None, args.strategy,
+            )  # fmt: skip
             for row, kept in outcomes:
                 rows.append(row)
                 results[row["mode"]] = kept
