@@ -22,10 +22,12 @@ changes) to where the frame arrays begin::
 
 Once a frame's kernels have been launched, they may have allocated up to its
 LIMIT, so the frame arrays asked for after that must fit above it: a frame sets
-aside at its start as much as any earlier frame's arrays took. A frame that
-asks for more than that waits for its launches to see how far they went (once:
-the next frames set aside enough). A capture needs no reserve: nothing it
-records runs before its arrays are known.
+aside at its start as much as any earlier frame's arrays took, of the frames
+that asked for arrays after a launch (arrays asked for before a frame's first
+launch need nothing set aside: an arena whose frames take their arrays first
+gives its kernels all the rest). A frame that asks for more than that waits for
+its launches to see how far they went (once: the next frames set aside enough).
+A capture needs no reserve: nothing it records runs before its arrays are known.
 
 One lock per arena orders its host threads: a launch takes it for as long as
 its handle is made and queued; a frame holds it from entry to exit, so the
@@ -323,6 +325,7 @@ class _Frame:
             raise
         arena._give_back_graph_arrays()
         arena._in_frame = True
+        arena._late_arrays = False
         arena._limit = max(arena._graph_top - arena._reserve, 0)
         self._thread = threading.get_ident()
         return arena
@@ -440,7 +443,11 @@ class Arena:
             self.sizing = sizing
         self._measured = 0  # frames `run` measured at this size, before it settles
         self._settled = False
-        self._reserve = 0  # the most a frame's arrays took: set aside at a frame's start
+        # The most a frame's arrays took, of the frames that asked for one after
+        # a launch (arrays asked for before need nothing set aside): set aside
+        # at a frame's start.
+        self._reserve = 0
+        self._late_arrays = False  # this frame asked for an array after a launch
         self._peak_arrays = 0  # the most a frame's or a capture's arrays took
         self._array_specs = {}  # (shape, dtype) -> (dims, strides, dtype, bytes)
         self._occupy(capacity, device, stream=0)  # DeviceMemoryError if it cannot
@@ -667,7 +674,9 @@ class Arena:
         time is what a replay costs above a bare ``cuGraphLaunch`` (the captured
         pipeline frame's host share, benchmarks/variants.py): as `_launch`, one
         check for all the refusals, the rest only where something changed."""
-        if stream is not None:
+        if stream is None:
+            stream = 0  # (the default stream, as a launch's: no ordering between them)
+        else:
             require_stream(stream)
         lock = self._lock
         lock.acquire()
@@ -743,7 +752,7 @@ class Arena:
         taken = self._graph_top - self._top
         if taken:
             self._peak_arrays = max(self._peak_arrays, self._capacity - self._top)
-            if learn:
+            if learn and self._late_arrays:
                 self._reserve = max(self._reserve, taken)
             self._top = self._graph_top
 
@@ -941,6 +950,8 @@ class Arena:
             # replays' stream would not wait for when the user fills the array.)
             start = self._top
             if nbytes:
+                if self._dirty:  # (after a launch: what the next frames set aside)
+                    self._late_arrays = True
                 start = (start - nbytes) & -(self._align if nbytes >= self._align else L.GRANULE)
                 if start < self._limit:
                     self._lower_limit(start, shape, dtype, nbytes)
@@ -967,7 +978,10 @@ class Arena:
         strides = tuple(itemsize * math.prod(dims[i + 1 :]) for i in range(len(dims)))
         spec = (dims, strides, spec_dtype, math.prod(dims) * itemsize)
         if len(self._array_specs) < 1024:
-            self._array_specs[shape, dtype] = spec
+            try:
+                self._array_specs[shape, dtype] = spec
+            except TypeError:  # unhashable: a 0-d NumPy array as a dimension, as NumPy takes
+                pass
         return spec
 
     def _lower_limit(self, start, shape, dtype, nbytes):

@@ -130,6 +130,10 @@ _MAX_CACHED_LAUNCHERS = 64
 
 
 def _user_parameters(py_func):
+    # Numba compiles a function's bytecode: a callable object, a functools.partial
+    # or a builtin has none to compile.
+    if not inspect.isfunction(py_func):
+        raise DevallocTypeError(f"@devalloc.kernel needs a Python function (got {py_func!r})")
     try:
         signature = inspect.signature(py_func)
     except (TypeError, ValueError):
@@ -211,10 +215,14 @@ class Kernel:
         )
 
     def __getitem__(self, config):
-        # Keyed with the types of the grid and block too: True == 1 and 1.0 == 1,
-        # so a bool or a float would find a checked int's launcher.
+        # Keyed with the types of the grid and block (and of the stream and the
+        # shared memory) too: True == 1 and 1.0 == 1, so a bool or a float would
+        # find a checked int's launcher.
         try:
-            key = (config, type(config[0]), type(config[1]))
+            if len(config) == 2:
+                key = (config, type(config[0]), type(config[1]))
+            else:
+                key = (config, type(config[0]), type(config[1]), type(config[2]), type(config[-1]))
             launcher = self._launchers.get(key)
         except (TypeError, IndexError, KeyError):  # unhashable (a list in it), or no pair
             return _Launcher(self, config)  # checked, not kept

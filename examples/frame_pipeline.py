@@ -36,6 +36,7 @@ that they do. Without a GPU it runs on Numba's CUDA simulator, on small frames.
 import argparse
 import dataclasses
 import json
+import math
 import os
 import pickle
 import statistics
@@ -911,7 +912,8 @@ def main(argv=None):
         if args.mode == "malloc-pool":
             parser.error("--mode malloc-pool needs a GPU (the simulator has no memory managers)")
         modes = tuple(m for m in modes if m != "malloc-pool")
-    arena_bytes = int(args.arena_mib * 2**20) if args.arena_mib else None
+    # (Rounded up: a size below one byte is one byte, not 0, which reads as "measure it".)
+    arena_bytes = math.ceil(args.arena_mib * 2**20) if args.arena_mib else None
     keep = {warmup, warmup + frames // 2, warmup + frames - 1}
     if args.keep:
         keep = {int(index) for index in args.keep.split(",")}
@@ -979,3 +981,5 @@ if __name__ == "__main__":
         main()
     except devalloc.ArenaOverflowError as overflow:  # a fixed --arena-mib too small
         sys.exit(f"{overflow}\n(--arena-mib sets the arena's size; leave it out to measure it)")
+    except devalloc.DeviceMemoryError as error:  # a fixed --arena-mib too large for the GPU
+        sys.exit(f"{error}\n(--arena-mib sets the arena's size; leave it out to measure it)")

@@ -143,10 +143,19 @@ def test_frame_pipeline_says_so_before_the_run_when_out_cannot_be_written(tmp_pa
         assert "frame pipeline on" not in result.stdout
 
 
-def test_frame_pipeline_with_an_arena_too_small_says_what_to_do():
-    result = run_pipeline("--mode", "devalloc", "--arena-mib", "0.0001", timeout=120)
+@pytest.mark.parametrize("mib", ["0.0001", "1e-9"])  # (1e-9 rounded to 0 bytes: "measure it")
+def test_frame_pipeline_with_an_arena_too_small_says_what_to_do(mib):
+    result = run_pipeline("--mode", "devalloc", "--arena-mib", mib, timeout=120)
     assert result.returncode == 1
     assert "arena overflow" in result.stderr and "leave it out to measure it" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "arena of 1.0 MiB" not in result.stdout
+
+
+def test_frame_pipeline_with_an_arena_larger_than_the_device_says_so():
+    result = run_pipeline("--mode", "devalloc", "--arena-mib", "4194304", timeout=120)
+    assert result.returncode == 1
+    assert "cannot reserve an arena" in result.stderr and "--arena-mib" in result.stderr
     assert "Traceback" not in result.stderr
 
 

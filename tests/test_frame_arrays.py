@@ -99,6 +99,28 @@ def test_a_frame_array_asked_for_after_launches_waits_once_then_is_set_aside(are
     assert arena.stats().peak_frame_array_bytes == 2048
 
 
+@devalloc.kernel
+def take_bytes(arena, nbytes, out):
+    buf = arena.alloc(nbytes[0], np.uint8)
+    out[0] = buf.size
+    out[1] = arena.offset(buf)
+
+
+def test_arrays_taken_before_a_frames_launches_set_nothing_aside_for_later_frames():
+    # Only arrays asked for after a launch need room set aside in later frames.
+    # Such a frame made every later one keep its arrays' size from the kernels:
+    # a kernel-only frame asking for half the arena overflowed an empty arena.
+    with devalloc.Arena(1 << 16) as arena:
+        with arena.frame():
+            arena.empty(40000, np.uint8)  # no launch in this frame at all
+        nbytes = cuda.to_device(np.array([30000], np.int64))
+        out = cuda.to_device(poisoned(2, np.int64))
+        with arena.frame():  # kernels only: the whole arena is theirs
+            take_bytes[1, 1](arena, nbytes, out)
+        assert out.copy_to_host()[0] == 30000
+        assert arena.stats().failed_allocs == 0
+
+
 def test_arrays_of_a_frame_are_released_when_it_exits(arena):
     with arena.frame():
         first = offset_of(arena, arena.empty(100, np.float32))
@@ -429,3 +451,16 @@ def test_numpy_integers_and_no_dimensions_make_shapes(arena, shape, expected):
         assert array.shape == expected and array.size == int(np.prod(expected))
         values = fill(array, 8)
         np.testing.assert_array_equal(array.copy_to_host(), values)
+
+
+@pytest.mark.parametrize(
+    "shape, expected", [(np.array(3), (3,)), ((np.array(2), 3), (2, 3))], ids=["0-d", "in-tuple"]
+)
+def test_a_zero_dimensional_integer_array_makes_a_shape_as_in_numpy(arena, shape, expected):
+    # NumPy takes a 0-d integer array as a dimension; arena.empty raised
+    # "unhashable type: 'numpy.ndarray'" from its cache of shapes.
+    assert np.empty(shape).shape == expected
+    with arena.frame():
+        for _ in range(2):
+            array = arena.empty(shape, np.float32)
+            assert array.shape == expected and array.dtype == np.float32

@@ -5,6 +5,7 @@ a replay that raises, arenas copied or pickled, a frame exited from the wrong
 thread, and input the other entry points already refused."""
 
 import copy
+import functools
 import pickle
 import sys
 import threading
@@ -382,3 +383,51 @@ def test_a_bool_or_float_configuration_is_refused_after_its_int_twin_was_launche
             with pytest.raises(TypeError, match=what):
                 take[config](arena, 256, out)
         assert arena.stats().launches == 2
+
+
+@pytest.mark.parametrize(
+    "twin, config",
+    [
+        ((1, 1, 0, 0), (1, 1, 0, 0.0)),
+        ((1, 1, 0, 0), (1, 1, 0, False)),
+        ((1, 1, 0), (1, 1, False)),
+        ((1, 1, 0), (1, 1, 0.0)),
+    ],
+    ids=["float-shared-memory", "bool-shared-memory", "bool-stream", "float-stream"],
+)
+def test_a_refused_stream_or_shared_memory_is_refused_after_its_int_twin(twin, config):
+    # As above for the stream and the shared memory: 0.0 == False == 0.
+    @devalloc.kernel  # (a kernel of its own: no launcher cached yet)
+    def put_seven(arena, out):
+        out[0] = 7
+
+    with devalloc.Arena(1024) as arena:
+        out = cuda.to_device(poisoned(1, np.int64))
+        with pytest.raises(TypeError):
+            put_seven[config](arena, out)
+        put_seven[twin](arena, out)
+        assert out.copy_to_host()[0] == 7
+        with pytest.raises(TypeError):
+            put_seven[config](arena, out)
+        assert arena.stats().launches == 1
+
+
+def _put(arena, out, value):
+    out[0] = value
+
+
+class _CallableObject:
+    def __call__(self, arena, out, value):
+        out[0] = value
+
+
+@pytest.mark.parametrize(
+    "func",
+    [_CallableObject(), functools.partial(_put, value=3), functools.partial(_put), len],
+    ids=["callable-object", "partial-keyword", "partial", "builtin"],
+)
+def test_a_kernel_of_what_is_not_a_python_function_is_refused_saying_so(func):
+    # A callable object or a functools.partial raised AttributeError
+    # '__qualname__'; a builtin was taken, and its launch failed inside Numba.
+    with pytest.raises(TypeError, match="needs a Python function"):
+        devalloc.kernel(func)
