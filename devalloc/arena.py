@@ -712,10 +712,8 @@ class Arena:
                 # always is, the next launch takes the other slot, as after an
                 # eager launch; a graph without devalloc launches used no slot.
                 if launched or SIMULATOR:
-                    if graph._launches:
+                    if graph._launches:  # (a replay without any empties nothing: no reset)
                         self._end_launch(graph._launches)
-                    else:
-                        self._resets += 1
                     self._frames += 1
         finally:
             lock.release()
