@@ -148,6 +148,7 @@ for stage in $stages; do
           python3 -m pytest -q -p no:cacheprovider --timeout=100 tests/test_capture.py ;;
     racecheck) sanitize racecheck racecheck.log 300 $small_tests -k "not (retrying_alone and random)" ;;
     synccheck) sanitize synccheck synccheck.log 300 $small_tests ;;
+    *) echo "unknown stage $stage: skipped" ;;
   esac
 done
 # What comes back is at most 8 files: the results files above, every log in one, and

@@ -979,7 +979,6 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except devalloc.ArenaOverflowError as overflow:  # a fixed --arena-mib too small
-        sys.exit(f"{overflow}\n(--arena-mib sets the arena's size; leave it out to measure it)")
-    except devalloc.DeviceMemoryError as error:  # a fixed --arena-mib too large for the GPU
+    except (devalloc.ArenaOverflowError, devalloc.DeviceMemoryError) as error:
+        # A fixed --arena-mib too small for the frame, or too large for the GPU.
         sys.exit(f"{error}\n(--arena-mib sets the arena's size; leave it out to measure it)")

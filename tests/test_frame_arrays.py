@@ -99,13 +99,6 @@ def test_a_frame_array_asked_for_after_launches_waits_once_then_is_set_aside(are
     assert arena.stats().peak_frame_array_bytes == 2048
 
 
-@devalloc.kernel
-def take_bytes(arena, nbytes, out):
-    buf = arena.alloc(nbytes[0], np.uint8)
-    out[0] = buf.size
-    out[1] = arena.offset(buf)
-
-
 def test_arrays_taken_before_a_frames_launches_set_nothing_aside_for_later_frames():
     # Only arrays asked for after a launch need room set aside in later frames.
     # Such a frame made every later one keep its arrays' size from the kernels:
@@ -113,11 +106,9 @@ def test_arrays_taken_before_a_frames_launches_set_nothing_aside_for_later_frame
     with devalloc.Arena(1 << 16) as arena:
         with arena.frame():
             arena.empty(40000, np.uint8)  # no launch in this frame at all
-        nbytes = cuda.to_device(np.array([30000], np.int64))
-        out = cuda.to_device(poisoned(2, np.int64))
         with arena.frame():  # kernels only: the whole arena is theirs
-            take_bytes[1, 1](arena, nbytes, out)
-        assert out.copy_to_host()[0] == 30000
+            _, lengths = run_requests(arena, [[30000]], threads=1)
+        assert lengths[0, 0] == 30000
         assert arena.stats().failed_allocs == 0
 
 

@@ -2,10 +2,12 @@
 # The A/B of the candidates against main.
 #   here:        bash benchmarks/candidates/ab.sh make   # out/v_main and out/v_<patch> for each patch
 #   device run:  bash benchmarks/candidates/ab.sh run [STAGE...]   (carry: [".whl", "out/v_main", "out/v_<patch>"...])
-# STAGEs, in the order given (default: suite warp-slab QUICK HOT_PATH FRAME): `suite` the GPU
-# suite on this checkout, `warp-slab` its warp-slab counting tests, QUICK / HOT_PATH / FRAME
-# the copies in turns (benchmarks/variants.py, one results file each), `pipeline` the frame
-# pipeline's graph modes in turns. What finished comes back if the call's time runs out.
+# STAGEs, in the order given (default: tests warp-slab QUICK HOT_PATH FRAME): `warp-slab` the
+# warp-slab counting tests on this checkout, QUICK / HOT_PATH / FRAME the copies in turns
+# (benchmarks/variants.py, one results file each); any other is benchmarks/h200.sh's stage of
+# that name on this checkout (`tests`: the GPU suite and the capture tests on real CUDA graphs;
+# `pipeline`: the frame pipeline, every mode, 1080p and 4K). What finished comes back if the
+# call's time runs out.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 case ${1:-} in
@@ -25,13 +27,10 @@ case ${1:-} in
     export PYTHONUNBUFFERED=1
     R=${OUT:-out}; nvidia-smi -L
     copies=$(ls -d out/v_main out/v_* | awk '!seen[$0]++')
-    stages=${*:-suite warp-slab QUICK HOT_PATH FRAME}
+    stages=${*:-tests warp-slab QUICK HOT_PATH FRAME}
     for stage in $stages; do
       echo "== $stage $(date -u +%T)"
       case $stage in
-        suite)
-          PYTHONPATH=$PWD:/tmp/site timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
-            -W default --timeout=100 tests/ > "$R/gpu-tests.log" 2>&1; tail -4 "$R/gpu-tests.log" ;;
         warp-slab)
           PYTHONPATH=$PWD:/tmp/site timeout 80 python3 -m pytest -q -p no:cacheprovider -W default \
             --timeout=60 tests/test_warp_slab.py \
@@ -41,12 +40,9 @@ case ${1:-} in
           PYTHONPATH=/tmp/site env "VARIANT_$stage=1" timeout 150 python3 benchmarks/variants.py \
             run $copies 2>&1 | tail -4
           mv "$R/variants.json" "$R/variants-$stage.json" ;;
-        pipeline)
-          PYTHONPATH=$PWD:/tmp/site timeout 100 python3 examples/frame_pipeline.py --mode graph \
-            --benchmark --frames 200 --out "$R/pipeline" 2>&1 | tail -15 ;;
-        *) echo "unknown stage $stage"; exit 2 ;;
+        *) OUT=$R/$stage bash benchmarks/h200.sh "$stage" ;;  # (its logs.txt in a folder of its own)
       esac
     done
     echo "== done $(date -u +%T)" ;;
-  *) sed -n 2,8p "$0"; exit 2 ;;
+  *) sed -n 2,10p "$0"; exit 2 ;;
 esac
